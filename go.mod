@@ -1,0 +1,3 @@
+module flowstate
+
+go 1.26.8

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"flowstate/consumer"
+)
+
+// Config is the worker's configuration: PROTOCOL.md's command line.
+type Config struct {
+	NATSURL         string
+	Listen          string
+	Prefix          string
+	Queue           string
+	PublishInterval time.Duration
+	MaxFlows        int
+	MetricsAddr     string
+	KV              string
+	KVBucket        string
+
+	// Authentication with an external server. Secrets come only from the
+	// environment, so that they stay out of process listings.
+	Creds    string // credentials file
+	NKeySeed string // nkey seed file
+	User     string // password from FLOWSTATE_NATS_PASSWORD
+	Password string
+	Token    string // from FLOWSTATE_NATS_TOKEN
+	TLSCA    string
+	TLSCert  string
+	TLSKey   string
+
+	LogLevel string
+}
+
+// envPrefix starts every environment variable of the worker.
+const envPrefix = "FLOWSTATE_"
+
+// flagSpec is one flag with its environment variable.
+type flagSpec struct {
+	name, env, usage string
+	bind             func(fs *flag.FlagSet, usage string)
+}
+
+// errHelp is returned by parseConfig when --help was asked for.
+var errHelp = flag.ErrHelp
+
+// parseConfig parses args over the environment (a flag given wins over its
+// variable) and validates the result.
+func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) (Config, error) {
+	c := Config{
+		Listen:          "127.0.0.1:4222",
+		Prefix:          consumer.DefaultPrefix,
+		Queue:           consumer.DefaultQueue,
+		PublishInterval: consumer.DefaultPublishInterval,
+		MaxFlows:        consumer.DefaultMaxFlows,
+		KV:              "memory",
+		KVBucket:        "flow_state",
+		LogLevel:        "info",
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	str := func(p *string, name, usage string) { fs.StringVar(p, name, *p, usage) }
+	str(&c.NATSURL, "nats-url", "connect to this NATS server or cluster (comma-separated URLs); empty: start an embedded server")
+	str(&c.Listen, "listen", "where the embedded server listens (port 0: any free port)")
+	str(&c.Prefix, "prefix", "subject prefix")
+	str(&c.Queue, "queue", "queue group of the heartbeat subscription")
+	fs.DurationVar(&c.PublishInterval, "publish-interval", c.PublishInterval, "coalesce state updates and aggregate-key writes (0: after every report)")
+	fs.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "most flows one report may carry")
+	str(&c.MetricsAddr, "metrics-addr", "HTTP address for /metrics, /healthz and /readyz (empty: off)")
+	str(&c.KV, "kv", "state backend: memory")
+	str(&c.KVBucket, "kv-bucket", "JetStream key-value bucket for --kv jetstream")
+	str(&c.Creds, "nats-creds", "NATS credentials file")
+	str(&c.NKeySeed, "nats-nkey", "NATS nkey seed file")
+	str(&c.User, "nats-user", "NATS user; the password is read from "+envPrefix+"NATS_PASSWORD")
+	str(&c.TLSCA, "tls-ca", "CA certificate file to verify the NATS server")
+	str(&c.TLSCert, "tls-cert", "client certificate file for NATS TLS")
+	str(&c.TLSKey, "tls-key", "client key file for NATS TLS")
+	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	useTokenEnv := false
+	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(string) error {
+		useTokenEnv = true
+		return nil
+	})
+
+	// Environment first, so that flags given on the command line win.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "nats-token" {
+			return
+		}
+		name := envName(f.Name)
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("invalid value %q for %s: %v", v, name, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	fs.Usage = func() { printUsage(usageOut, fs) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return c, errHelp
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c.Password = getenv(envPrefix + "NATS_PASSWORD")
+	if tok := getenv(envPrefix + "NATS_TOKEN"); tok != "" || useTokenEnv {
+		if tok == "" {
+			return c, fmt.Errorf("--nats-token needs the token in %sNATS_TOKEN", envPrefix)
+		}
+		c.Token = tok
+	}
+	return c, c.Validate()
+}
+
+// envName maps a flag name to its environment variable: nats-url ->
+// FLOWSTATE_NATS_URL.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Validate reports the first invalid setting, in one line.
+func (c Config) Validate() error {
+	if err := (consumer.Config{Prefix: c.Prefix, Queue: c.Queue, PublishInterval: c.PublishInterval, MaxFlows: c.MaxFlows}).Validate(); err != nil {
+		return err
+	}
+	if c.Prefix == "" {
+		return errors.New("--prefix must not be empty")
+	}
+	if c.Queue == "" {
+		return errors.New("--queue must not be empty")
+	}
+	if c.MaxFlows <= 0 {
+		return fmt.Errorf("--max-flows %d must be positive", c.MaxFlows)
+	}
+	if c.NATSURL == "" {
+		host, port, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen %q: %v", c.Listen, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("--listen %q: port %q is not a number from 0 to 65535", c.Listen, port)
+		}
+		if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+			return fmt.Errorf("--listen %q: host %q is not an IP address", c.Listen, host)
+		}
+	}
+	switch c.KV {
+	case "memory":
+	case "jetstream":
+		return errors.New("--kv jetstream is not supported by this build yet; use --kv memory")
+	default:
+		return fmt.Errorf("--kv %q: want memory or jetstream", c.KV)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: %v", c.MetricsAddr, err)
+		}
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.Password != "" && c.User == "" {
+		return fmt.Errorf("%sNATS_PASSWORD is set but --nats-user is not", envPrefix)
+	}
+	if c.User != "" && c.Password == "" {
+		return fmt.Errorf("--nats-user needs the password in %sNATS_PASSWORD", envPrefix)
+	}
+	if c.Creds != "" && c.NKeySeed != "" {
+		return errors.New("--nats-creds and --nats-nkey are exclusive")
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}

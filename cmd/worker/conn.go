@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// connect dials NATS with the worker's policy: keep trying to connect, reconnect
+// forever with jitter, buffer publishes while disconnected, and keep retrying
+// on authentication errors (logged, not fatal). closed is closed when the
+// connection is closed.
+func connect(url string, c Config, log *slog.Logger) (nc *nats.Conn, closed <-chan struct{}, err error) {
+	done := make(chan struct{})
+	var once sync.Once
+	var lastErr struct {
+		sync.Mutex
+		s string
+	}
+	// logOnce logs an error once until it changes, so that a server that
+	// keeps refusing the worker's credentials gives one line, not one per retry.
+	logOnce := func(msg string, err error) {
+		lastErr.Lock()
+		defer lastErr.Unlock()
+		if err.Error() == lastErr.s {
+			return
+		}
+		lastErr.s = err.Error()
+		log.Error(msg, slog.Any("err", err))
+	}
+	opts := []nats.Option{
+		nats.Name("flowstate-worker"),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(500 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(64 << 20),
+		nats.IgnoreAuthErrorAbort(),
+		nats.DrainTimeout(4 * time.Second),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logOnce("NATS disconnected", err)
+			} else {
+				log.Warn("NATS disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			lastErr.Lock()
+			lastErr.s = ""
+			lastErr.Unlock()
+			log.Info("NATS reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			logOnce("NATS connect failed, retrying", err)
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(done) }) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{slog.Any("err", err)}
+			if sub != nil {
+				attrs = append(attrs, slog.String("subject", sub.Subject))
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				log.Warn("slow consumer: the client library dropped messages", attrs...)
+				return
+			}
+			logOnce("NATS error", err)
+		}),
+	}
+	if c.Creds != "" {
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	}
+	if c.NKeySeed != "" {
+		o, err := nats.NkeyOptionFromSeed(c.NKeySeed)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, o)
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.Token != "" {
+		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	nc, err = nats.Connect(strings.TrimSpace(url), opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nc, done, nil
+}

@@ -1,0 +1,177 @@
+// Command worker keeps the live state of stream-processing flows: it applies
+// the heartbeat reports of flownodes from NATS and serves the aggregate to
+// frontends, as PROTOCOL.md describes. Run it with --help for its flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"flowstate/consumer"
+	"flowstate/flowstate"
+	"flowstate/kv"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0"
+
+// shutdownTimeout bounds the drain on SIGINT or SIGTERM.
+const shutdownTimeout = 5 * time.Second
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+// run is the whole program; it returns the exit status.
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, getenv, stdout)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v (see --help)\n", oneLine(err))
+		return 2
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := &Main{Config: cfg, Log: log}
+	if err := m.Run(); err != nil {
+		log.Error("start failed", slog.Any("err", err))
+		m.Close(context.Background())
+		return 1
+	}
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", slog.Duration("timeout", shutdownTimeout))
+	case <-m.closed:
+		log.Error("NATS connection closed unexpectedly")
+		m.Close(context.Background())
+		return 1
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := m.Close(sctx); err != nil {
+		log.Error("shutdown incomplete", slog.Any("err", err))
+		return 1
+	}
+	log.Info("bye")
+	return 0
+}
+
+// Main is the running program: the embedded server if any, the connection
+// and the worker.
+type Main struct {
+	Config Config
+	Log    *slog.Logger
+
+	srv    *server.Server
+	nc     *nats.Conn
+	closed <-chan struct{}
+	worker *consumer.Worker
+	store  kv.Store
+
+	stopMetrics func()
+}
+
+// Run starts everything and returns once the worker serves.
+func (m *Main) Run() error {
+	url := m.Config.NATSURL
+	if url == "" {
+		srv, err := startEmbedded(m.Config.Listen)
+		if err != nil {
+			return err
+		}
+		m.srv = srv
+		url = srv.ClientURL()
+		m.Log.Info("embedded NATS server listening", slog.String("url", url))
+	}
+	nc, closed, err := connect(url, m.Config, m.Log)
+	if err != nil {
+		return fmt.Errorf("NATS connect: %w", err)
+	}
+	m.nc, m.closed = nc, closed
+	m.store = kv.NewMemory()
+	mgr := flowstate.NewManager(m.store, flowstate.Options{DeferAggregateWrite: m.Config.PublishInterval > 0})
+	w, err := consumer.New(nc, mgr, consumer.Config{
+		Prefix:          m.Config.Prefix,
+		Queue:           m.Config.Queue,
+		PublishInterval: m.Config.PublishInterval,
+		MaxFlows:        m.Config.MaxFlows,
+		Version:         version,
+		Logger:          m.Log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(); err != nil {
+		return err
+	}
+	m.worker = w
+	if m.Config.MetricsAddr != "" {
+		stop, err := serveMetrics(context.Background(), m.Config.MetricsAddr, w, nc, m.Log)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		m.stopMetrics = stop
+	}
+	epoch, _ := m.store.Epoch(context.Background())
+	m.Log.Info("serving", slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV), slog.String("epoch", epoch))
+	return nil
+}
+
+// Close shuts down in order, under ctx: drain the heartbeats and stop the
+// service, drain the connection and wait until it is closed, then stop the
+// embedded server.
+func (m *Main) Close(ctx context.Context) error {
+	var errs []error
+	if m.stopMetrics != nil {
+		m.stopMetrics()
+	}
+	if m.worker != nil {
+		if err := m.worker.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if m.nc != nil {
+		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			m.nc.Close()
+		}
+		select {
+		case <-m.closed:
+		case <-ctx.Done():
+			m.nc.Close()
+			errs = append(errs, fmt.Errorf("NATS drain: %w", ctx.Err()))
+		}
+	}
+	if m.srv != nil {
+		m.srv.Shutdown()
+		m.srv.WaitForShutdown()
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// oneLine keeps an error message to one line.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

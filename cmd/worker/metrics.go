@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"flowstate/consumer"
+)
+
+// statsCollector exposes a worker's counters and its connection's state as
+// Prometheus metrics, read when scraped.
+type statsCollector struct {
+	worker *consumer.Worker
+	nc     *nats.Conn
+
+	received, applied, acked, rejected *prometheus.Desc
+	published, publishErrors           *prometheus.Desc
+	gets, getErrors, dropped           *prometheus.Desc
+	connected, reconnects, info        *prometheus.Desc
+}
+
+func newStatsCollector(w *consumer.Worker, nc *nats.Conn) *statsCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
+	}
+	return &statsCollector{
+		worker:        w,
+		nc:            nc,
+		received:      d("reports_received_total", "Heartbeat messages taken from the subscription."),
+		applied:       d("reports_applied_total", "Reports merged into the state."),
+		acked:         d("acks_total", "Acknowledgements sent for reports sent as requests."),
+		rejected:      d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
+		published:     d("publishes_total", "Aggregates published on the state subject."),
+		publishErrors: d("publish_errors_total", "Aggregates that could not be published."),
+		gets:          d("gets_total", "Get requests answered with the aggregate."),
+		getErrors:     d("get_errors_total", "Get requests answered with an error."),
+		dropped:       d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
+		connected:     d("nats_connected", "1 while the NATS connection is up."),
+		reconnects:    d("nats_reconnects_total", "NATS reconnections."),
+		info:          d("build_info", "The worker's version.", "version"),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	prometheus.DescribeByCollect(c, ch)
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.worker.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(c.received, s.Received)
+	counter(c.applied, s.Applied)
+	counter(c.acked, s.Acked)
+	for reason, n := range s.RejectedByReason {
+		counter(c.rejected, n, reason)
+	}
+	counter(c.published, s.Published)
+	counter(c.publishErrors, s.PublishErrors)
+	counter(c.gets, s.Gets)
+	counter(c.getErrors, s.GetErrors)
+	counter(c.dropped, s.Dropped)
+	up := 0.0
+	if c.nc.IsConnected() {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, up)
+	counter(c.reconnects, c.nc.Stats().Reconnects)
+	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, version)
+}
+
+// serveMetrics serves /metrics, /healthz (the process runs) and /readyz
+// (NATS is connected and the worker serves) on addr until ctx ends.
+func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats.Conn, log *slog.Logger) (stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newStatsCollector(w, nc), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !nc.IsConnected() {
+			http.Error(rw, "NATS not connected", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte("ready\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", slog.Any("err", err))
+		}
+	}()
+	log.Info("metrics listening", slog.String("addr", ln.Addr().String()))
+	return func() {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}

@@ -1,0 +1,116 @@
+package consumer
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCoalescerPublishesLeadingEdgeAtOnce checks that the first change after
+// a quiet interval is published without waiting for the interval.
+func TestCoalescerPublishesLeadingEdgeAtOnce(t *testing.T) {
+	published := make(chan struct{}, 10)
+	c := newCoalescer(time.Hour, func() { published <- struct{}{} })
+	go c.run()
+	defer c.close()
+
+	c.changed()
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leading edge was not published")
+	}
+}
+
+// TestCoalescerPublishesTrailingEdgeOnClose checks that changes within an
+// interval are published together once, and that close publishes a pending
+// change instead of losing it.
+func TestCoalescerPublishesTrailingEdgeOnClose(t *testing.T) {
+	var n atomic.Int32
+	first := make(chan struct{}, 1)
+	c := newCoalescer(time.Hour, func() {
+		if n.Add(1) == 1 {
+			first <- struct{}{}
+		}
+	})
+	go c.run()
+
+	c.changed()
+	<-first
+	for range 100 {
+		c.changed()
+	}
+	c.close()
+	assert.Equal(t, int32(2), n.Load(), "one leading and one trailing publish")
+}
+
+// TestCoalescerPublishesTrailingEdgeAfterInterval checks that a change
+// within an interval goes out at its end without any further change.
+func TestCoalescerPublishesTrailingEdgeAfterInterval(t *testing.T) {
+	published := make(chan struct{}, 10)
+	c := newCoalescer(20*time.Millisecond, func() { published <- struct{}{} })
+	go c.run()
+	defer c.close()
+
+	c.changed()
+	<-published
+	c.changed() // within the interval: must come out at its end
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the trailing edge was not published")
+	}
+}
+
+// TestCoalescerWithZeroIntervalPublishesEveryChange checks that interval 0
+// publishes synchronously on each change.
+func TestCoalescerWithZeroIntervalPublishesEveryChange(t *testing.T) {
+	n := 0
+	c := newCoalescer(0, func() { n++ })
+	go c.run()
+	for range 5 {
+		c.changed()
+	}
+	c.close()
+	require.Equal(t, 5, n)
+}
+
+func TestThrottleLetsMaxPerWindowAndCountsTheRest(t *testing.T) {
+	now := time.Unix(0, 0)
+	th := newThrottle(2, time.Second)
+	th.now = func() time.Time { return now }
+
+	ok, _ := th.allow()
+	assert.True(t, ok)
+	ok, _ = th.allow()
+	assert.True(t, ok)
+	for range 5 {
+		ok, _ = th.allow()
+		assert.False(t, ok)
+	}
+	now = now.Add(time.Second)
+	ok, suppressed := th.allow()
+	assert.True(t, ok)
+	assert.Equal(t, 5, suppressed)
+}
+
+func TestParseNodeTokenAcceptsOnlyCanonicalDecimal(t *testing.T) {
+	for token, want := range map[string]bool{
+		"0": true, "7": true, "18446744073709551615": true,
+		"": false, "07": false, "+7": false, "-1": false, "7a": false, "18446744073709551616": false, " 7": false,
+	} {
+		_, ok := parseNodeToken(token)
+		assert.Equal(t, want, ok, "token %q", token)
+	}
+}
+
+func TestWantsJSONOnlyForApplicationJSON(t *testing.T) {
+	assert.True(t, wantsJSON("application/json"))
+	assert.True(t, wantsJSON("application/json; charset=utf-8"))
+	assert.False(t, wantsJSON(""))
+	assert.False(t, wantsJSON("application/msgpack"))
+	assert.False(t, wantsJSON("text/plain"))
+}

@@ -1,0 +1,85 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"flowstate/flowstate"
+)
+
+// handleHeartbeat applies one report. The client library calls it from one
+// goroutine, in arrival order.
+func (w *Worker) handleHeartbeat(msg *nats.Msg) {
+	w.stats.received.Add(1)
+	res, err := w.apply(msg)
+	if err != nil {
+		w.rejectReport(msg, err)
+		return
+	}
+	w.stats.applied.Add(1)
+	if msg.Reply != "" {
+		if err := msg.RespondMsg(&nats.Msg{Header: versionHeader(res.Version)}); err != nil {
+			w.logThrottled(slog.LevelWarn, "ack failed", slog.String("subject", msg.Subject),
+				slog.Uint64("node_id", w.report.NodeID), slog.Any("err", err))
+		} else {
+			w.stats.acked.Add(1)
+		}
+	}
+	if res.Changed {
+		w.pub.changed()
+	}
+}
+
+// apply decodes, checks and merges one report.
+func (w *Worker) apply(msg *nats.Msg) (flowstate.MergeResult, error) {
+	token := msg.Subject[min(len(w.hbPrefix), len(msg.Subject)):]
+	subjectNode, ok := parseNodeToken(token)
+	if !ok {
+		return flowstate.MergeResult{}, &badReport{kind: "bad_subject", field: "subject",
+			reason: fmt.Sprintf("node id token %q is not a canonical decimal uint64", token)}
+	}
+	if err := w.dec.Decode(msg.Data, &w.report); err != nil {
+		return flowstate.MergeResult{}, err
+	}
+	if w.report.NodeID != subjectNode {
+		return flowstate.MergeResult{}, &badReport{kind: "subject_mismatch", field: "node_id",
+			reason: fmt.Sprintf("body node_id %d differs from the subject's node id %d", w.report.NodeID, subjectNode)}
+	}
+	return w.mgr.MergeFlows(context.Background(), w.report.NodeID, w.report.Flows)
+}
+
+// rejectReport counts, logs and answers a report that was not applied.
+func (w *Worker) rejectReport(msg *nats.Msg, err error) {
+	v := judge(err)
+	w.stats.reject(v.kind)
+	level := slog.LevelWarn
+	if v.code >= 500 {
+		level = slog.LevelError
+	}
+	w.logThrottled(level, "report rejected", slog.String("subject", msg.Subject),
+		slog.String("reason", v.kind), slog.Int("code", v.code), slog.Any("err", err))
+	if msg.Reply != "" {
+		if err := msg.RespondMsg(&nats.Msg{Header: errorHeader(v.code, v.reason)}); err != nil {
+			w.logThrottled(slog.LevelWarn, "rejection reply failed", slog.String("subject", msg.Subject), slog.Any("err", err))
+		}
+	}
+}
+
+// parseNodeToken parses a subject's node id token: canonical decimal, no
+// sign, no leading zeros, within uint64.
+func parseNodeToken(s string) (uint64, bool) {
+	if s == "" || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	id, err := strconv.ParseUint(s, 10, 64)
+	return id, err == nil
+}

@@ -1,0 +1,140 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"flowstate/flowstate"
+)
+
+// coalescer turns a stream of "the aggregate changed" signals into calls of
+// publish: at once after a quiet interval, then at most once per interval,
+// and always once after the last change.
+type coalescer struct {
+	interval time.Duration
+	publish  func()
+	kick     chan struct{} // a change is pending; capacity 1
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func newCoalescer(interval time.Duration, publish func()) *coalescer {
+	return &coalescer{
+		interval: interval,
+		publish:  publish,
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+}
+
+// changed signals a change. With interval 0 it publishes before it returns.
+func (c *coalescer) changed() {
+	if c.interval <= 0 {
+		c.publish()
+		return
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default: // a change is already pending
+	}
+}
+
+// run publishes until close is called; it then publishes a pending change
+// and returns.
+func (c *coalescer) run() {
+	defer close(c.done)
+	if c.interval <= 0 {
+		<-c.stop
+		return
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var last time.Time // of the last publish; zero is long ago
+	armed := false     // a trailing publish is scheduled
+	for {
+		select {
+		case <-c.kick:
+			if armed {
+				continue
+			}
+			if wait := c.interval - time.Since(last); wait > 0 {
+				timer.Reset(wait)
+				armed = true
+				continue
+			}
+			c.publish()
+			last = time.Now()
+		case <-timer.C:
+			armed = false
+			c.publish()
+			last = time.Now()
+		case <-c.stop:
+			pending := armed
+			select {
+			case <-c.kick:
+				pending = true
+			default:
+			}
+			if pending {
+				c.publish()
+			}
+			return
+		}
+	}
+}
+
+// close stops run after its trailing publish and waits for it.
+func (c *coalescer) close() {
+	close(c.stop)
+	<-c.done
+}
+
+// publishState writes the aggregate key and publishes the aggregate on
+// <prefix>.state, unless that version was already published.
+func (w *Worker) publishState() {
+	w.pubMu.Lock()
+	defer w.pubMu.Unlock()
+	ctx := context.Background()
+	if err := w.mgr.Flush(ctx); err != nil {
+		w.log.Error("aggregate key write failed", slog.Any("err", err))
+	}
+	body, v, err := w.encoded(ctx, false)
+	if err != nil {
+		w.stats.publishErrors.Add(1)
+		w.log.Error("state snapshot failed", slog.Any("err", err))
+		return
+	}
+	if v == w.lastPublished {
+		return
+	}
+	h := versionHeader(v)
+	h.Set(HeaderContentType, ContentTypeMsgpack)
+	err = w.nc.PublishMsg(&nats.Msg{Subject: w.stateSubject, Header: h, Data: body})
+	if err != nil {
+		w.stats.publishErrors.Add(1)
+		attrs := []any{slog.String("subject", w.stateSubject), slog.Uint64("revision", v.Revision),
+			slog.Int("bytes", len(body)), slog.Any("err", err)}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			attrs = append(attrs, slog.Int64("max_payload", w.nc.MaxPayload()))
+		}
+		w.logThrottled(slog.LevelError, "state update not published", attrs...)
+		return
+	}
+	w.lastPublished = v
+	w.stats.published.Add(1)
+}
+
+// encoding is the aggregate of one version, encoded on demand.
+type encoding struct {
+	valid   bool
+	version flowstate.Version
+	flows   []flowstate.Flow
+	msgpack []byte // nil until asked for
+	json    []byte // nil until asked for
+}

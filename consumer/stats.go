@@ -1,0 +1,63 @@
+package consumer
+
+import (
+	"maps"
+	"sync"
+	"sync/atomic"
+)
+
+// Stats counts what a Worker has done since it started.
+type Stats struct {
+	Received uint64 // heartbeat messages taken from the subscription
+	Applied  uint64 // reports merged into the state
+	Acked    uint64 // acknowledgements sent for reports sent as requests
+	Rejected uint64 // reports rejected, for any reason
+	// RejectedByReason splits Rejected by reason: the codec's error kinds,
+	// "subject_mismatch", "bad_subject", and "store" for store failures.
+	RejectedByReason map[string]uint64
+	Published        uint64 // aggregates published on <prefix>.state
+	PublishErrors    uint64 // aggregates that could not be published (too large, connection closed)
+	Gets             uint64 // get requests answered with the aggregate
+	GetErrors        uint64 // get requests answered with an error
+	Dropped          uint64 // heartbeats the client library dropped as a slow consumer
+}
+
+// counters are a Worker's live Stats.
+type counters struct {
+	received, applied, acked, rejected atomic.Uint64
+	published, publishErrors           atomic.Uint64
+	gets, getErrors                    atomic.Uint64
+
+	mu       sync.Mutex // guards byReason
+	byReason map[string]uint64
+}
+
+func (c *counters) reject(reason string) {
+	c.rejected.Add(1)
+	c.mu.Lock()
+	if c.byReason == nil {
+		c.byReason = make(map[string]uint64)
+	}
+	c.byReason[reason]++
+	c.mu.Unlock()
+}
+
+func (c *counters) snapshot() Stats {
+	c.mu.Lock()
+	byReason := maps.Clone(c.byReason)
+	c.mu.Unlock()
+	if byReason == nil {
+		byReason = map[string]uint64{}
+	}
+	return Stats{
+		Received:         c.received.Load(),
+		Applied:          c.applied.Load(),
+		Acked:            c.acked.Load(),
+		Rejected:         c.rejected.Load(),
+		RejectedByReason: byReason,
+		Published:        c.published.Load(),
+		PublishErrors:    c.publishErrors.Load(),
+		Gets:             c.gets.Load(),
+		GetErrors:        c.getErrors.Load(),
+	}
+}

@@ -35,6 +35,11 @@ func main() {
 
 // run is the whole program; it returns the exit status.
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if sub, ok := subcommands[args[0]]; ok {
+			return sub(args[1:], getenv, stdout, stderr)
+		}
+	}
 	cfg, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, errHelp) {
 		return 0

@@ -31,7 +31,11 @@ func (w *Worker) handleGet(req micro.Request) {
 	} else {
 		h.Set(HeaderContentType, ContentTypeMsgpack)
 	}
-	err = req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+	if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
+		err = nats.ErrMaxPayload
+	} else {
+		err = req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+	}
 	switch {
 	case err == nil:
 		w.stats.gets.Add(1)
@@ -83,4 +87,16 @@ func (w *Worker) encoded(ctx context.Context, asJSON bool) ([]byte, flowstate.Ve
 		c.msgpack = codec.AppendAggregate(nil, c.flows)
 	}
 	return c.msgpack, c.version, nil
+}
+
+// headerSize is the size of h on the wire, which counts against the
+// connection's max payload with the body.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -44,6 +46,7 @@ type Worker struct {
 	cacheMu sync.Mutex // guards cache
 	cache   encoding
 
+	stopped  atomic.Bool // Shutdown has run
 	stats    counters
 	throttle *throttle
 }
@@ -109,6 +112,13 @@ func (w *Worker) Start() error {
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
+	if w.nc.IsConnected() {
+		// Make sure the server has the subscriptions before Start returns,
+		// so that a report sent next finds the worker.
+		if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+			w.log.Warn("flush after subscribing failed", slog.Any("err", err))
+		}
+	}
 	w.log.Info("worker started", slog.String("subject", w.hbSubject), slog.String("queue", w.cfg.Queue),
 		slog.Duration("publish_interval", w.cfg.PublishInterval))
 	return nil
@@ -117,8 +127,9 @@ func (w *Worker) Start() error {
 // Shutdown drains the heartbeat subscription (every report already received
 // is applied and acknowledged), publishes the last state, and stops the
 // micro service. It returns when all of that is done or ctx ends.
+// Calling it again does nothing.
 func (w *Worker) Shutdown(ctx context.Context) error {
-	if w.sub == nil {
+	if w.sub == nil || w.stopped.Swap(true) {
 		return nil
 	}
 	closed := w.sub.StatusChanged(nats.SubscriptionClosed)

@@ -1,0 +1,122 @@
+package consumer_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"flowstate/codec"
+	"flowstate/consumer"
+	"flowstate/flowstate"
+	"flowstate/kv"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// wait bounds every wait of these tests.
+const wait = 10 * time.Second
+
+// startServer runs an embedded NATS server on a free loopback port.
+func startServer(tb testing.TB, opts *server.Options) *server.Server {
+	tb.Helper()
+	if opts == nil {
+		opts = &server.Options{}
+	}
+	opts.Host, opts.Port, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, true, true
+	s, err := server.NewServer(opts)
+	require.NoError(tb, err)
+	go s.Start()
+	require.True(tb, s.ReadyForConnections(wait), "server did not start")
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+func connect(tb testing.TB, s *server.Server) *nats.Conn {
+	tb.Helper()
+	// Slow consumer errors are expected in some tests and counted by the
+	// worker; keep them out of the test output.
+	nc, err := nats.Connect(s.ClientURL(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	require.NoError(tb, err)
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// fixture is a worker on its own connection, and a client connection.
+type fixture struct {
+	srv    *server.Server
+	nc     *nats.Conn // the client's
+	worker *consumer.Worker
+	store  *kv.Memory
+}
+
+// startWorker runs a worker with cfg on srv; Cleanup shuts it down.
+func startWorker(tb testing.TB, srv *server.Server, cfg consumer.Config) *fixture {
+	tb.Helper()
+	wc := connect(tb, srv)
+	store := kv.NewMemory()
+	mgr := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: cfg.PublishInterval > 0})
+	w, err := consumer.New(wc, mgr, cfg)
+	require.NoError(tb, err)
+	require.NoError(tb, w.Start())
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		require.NoError(tb, w.Shutdown(ctx))
+	})
+	return &fixture{srv: srv, nc: connect(tb, srv), worker: w, store: store}
+}
+
+// report encodes a report of node with flows given as id -> (size, last).
+func report(node uint64, flows ...flowstate.Flow) []byte {
+	return codec.AppendReport(nil, &codec.Report{NodeID: node, Flows: flows})
+}
+
+func flow(id flowstate.FlowID, size uint64, last int64) flowstate.Flow {
+	return flowstate.Flow{ID: id, Has: flowstate.HasStateSize | flowstate.HasLastExecTime, StateSize: size, LastExecTime: last}
+}
+
+func subject(node uint64) string { return "flow.heartbeat." + strconv.FormatUint(node, 10) }
+
+// send sends body on subject as a request and returns the reply.
+func send(tb testing.TB, nc *nats.Conn, subj string, body []byte) *nats.Msg {
+	tb.Helper()
+	msg, err := nc.Request(subj, body, wait)
+	require.NoError(tb, err)
+	return msg
+}
+
+// ack sends a report as a request and requires an ack; it returns its revision.
+func ack(tb testing.TB, nc *nats.Conn, node uint64, body []byte) uint64 {
+	tb.Helper()
+	msg := send(tb, nc, subject(node), body)
+	require.Empty(tb, msg.Header.Get("Nats-Service-Error"), "report rejected")
+	rev, err := strconv.ParseUint(msg.Header.Get(consumer.HeaderRevision), 10, 64)
+	require.NoError(tb, err)
+	return rev
+}
+
+// get returns the aggregate's body, revision and epoch.
+func get(tb testing.TB, nc *nats.Conn, asJSON bool) ([]byte, uint64, string) {
+	tb.Helper()
+	req := nats.NewMsg("flow.state.get")
+	if asJSON {
+		req.Header.Set("Accept", "application/json")
+	}
+	msg, err := nc.RequestMsg(req, wait)
+	require.NoError(tb, err)
+	require.Empty(tb, msg.Header.Get("Nats-Service-Error"), "get failed")
+	rev, err := strconv.ParseUint(msg.Header.Get(consumer.HeaderRevision), 10, 64)
+	require.NoError(tb, err)
+	return msg.Data, rev, msg.Header.Get(consumer.HeaderEpoch)
+}

@@ -36,7 +36,10 @@ type Config struct {
 	PendingMsgs     int           // pending message limit of the heartbeat subscription
 	PendingBytes    int           // pending byte limit of the heartbeat subscription
 	Version         string        // reported by $SRV.INFO; "0.0.0" if empty
-	Logger          *slog.Logger  // nil: discard
+	// DeadLetterSubject, if set, receives every rejected report's body with
+	// the reason in headers (see the Header* constants). Empty: off.
+	DeadLetterSubject string
+	Logger            *slog.Logger // nil: discard
 }
 
 // withDefaults returns c with its empty fields set.
@@ -71,6 +74,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := validToken("queue", c.Queue, false); err != nil {
+		return err
+	}
+	if err := validToken("dead-letter subject", c.DeadLetterSubject, true); err != nil {
 		return err
 	}
 	if c.PublishInterval < 0 {

@@ -16,6 +16,11 @@ const (
 	HeaderContentType = "Content-Type"
 	HeaderAccept      = "Accept"
 
+	// Headers of a dead-lettered report.
+	HeaderRejectKind    = "Flow-State-Reject-Reason"  // the counted reason, e.g. bad_flow_id
+	HeaderRejectError   = "Flow-State-Reject-Error"   // the one-line description
+	HeaderRejectSubject = "Flow-State-Reject-Subject" // the subject the report came on
+
 	ContentTypeMsgpack = "application/msgpack"
 	ContentTypeJSON    = "application/json"
 )

@@ -67,6 +67,16 @@ func (w *Worker) rejectReport(msg *nats.Msg, err error) {
 			w.logThrottled(slog.LevelWarn, "rejection reply failed", slog.String("subject", msg.Subject), slog.Any("err", err))
 		}
 	}
+	if w.cfg.DeadLetterSubject != "" && v.code == 400 {
+		dl := &nats.Msg{Subject: w.cfg.DeadLetterSubject, Data: msg.Data, Header: nats.Header{
+			HeaderRejectKind:    []string{v.kind},
+			HeaderRejectError:   []string{v.reason},
+			HeaderRejectSubject: []string{msg.Subject},
+		}}
+		if err := w.nc.PublishMsg(dl); err != nil {
+			w.logThrottled(slog.LevelWarn, "dead-letter publish failed", slog.String("subject", w.cfg.DeadLetterSubject), slog.Any("err", err))
+		}
+	}
 }
 
 // parseNodeToken parses a subject's node id token: canonical decimal, no

@@ -245,3 +245,20 @@ func ackWithRetry(tb testing.TB, nc *nats.Conn, node uint64, body []byte) {
 	}
 	tb.Fatalf("node %d: no ack after 30 attempts", node)
 }
+
+func TestWorkerDeadLettersRejectedReportsWithTheReason(t *testing.T) {
+	f := startWorker(t, startServer(t, nil), consumer.Config{PublishInterval: consumer.DefaultPublishInterval, DeadLetterSubject: "flow.rejected"})
+	dead, err := f.nc.SubscribeSync("flow.rejected")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
+
+	body := report(8, flow(1, 1, 1))
+	require.NoError(t, f.nc.Publish(subject(7), body))
+	msg, err := dead.NextMsg(wait)
+	require.NoError(t, err)
+	assert.Equal(t, body, msg.Data)
+	assert.Equal(t, "subject_mismatch", msg.Header.Get(consumer.HeaderRejectKind))
+	assert.Contains(t, msg.Header.Get(consumer.HeaderRejectError), "node_id")
+	assert.Equal(t, subject(7), msg.Header.Get(consumer.HeaderRejectSubject))
+	assert.EqualValues(t, 1, f.worker.Stats().RejectedByReason["subject_mismatch"])
+}

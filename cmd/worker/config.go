@@ -36,7 +36,8 @@ type Config struct {
 	TLSCert  string
 	TLSKey   string
 
-	LogLevel string
+	DeadLetterSubject string
+	LogLevel          string
 }
 
 // envPrefix starts every environment variable of the worker.
@@ -82,6 +83,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	str(&c.TLSCA, "tls-ca", "CA certificate file to verify the NATS server")
 	str(&c.TLSCert, "tls-cert", "client certificate file for NATS TLS")
 	str(&c.TLSKey, "tls-key", "client key file for NATS TLS")
+	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports here, with the reason in headers (empty: off)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	useTokenEnv := false
 	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(string) error {
@@ -134,7 +136,7 @@ func envName(flagName string) string {
 
 // Validate reports the first invalid setting, in one line.
 func (c Config) Validate() error {
-	if err := (consumer.Config{Prefix: c.Prefix, Queue: c.Queue, PublishInterval: c.PublishInterval, MaxFlows: c.MaxFlows}).Validate(); err != nil {
+	if err := c.consumerConfig().Validate(); err != nil {
 		return err
 	}
 	if c.Prefix == "" {
@@ -186,4 +188,15 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// consumerConfig is the part of c that configures the consumer.
+func (c Config) consumerConfig() consumer.Config {
+	return consumer.Config{
+		Prefix:            c.Prefix,
+		Queue:             c.Queue,
+		PublishInterval:   c.PublishInterval,
+		MaxFlows:          c.MaxFlows,
+		DeadLetterSubject: c.DeadLetterSubject,
+	}
 }

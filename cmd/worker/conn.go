@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,8 +15,11 @@ import (
 // forever with jitter, buffer publishes while disconnected, and keep retrying
 // on authentication errors (logged, not fatal). closed is closed when the
 // connection is closed.
-func connect(url string, c Config, log *slog.Logger) (nc *nats.Conn, closed <-chan struct{}, err error) {
+//
+// closing tells the handlers that a disconnection is the worker's own doing.
+func connect(url string, c Config, log *slog.Logger, closing *atomic.Bool) (nc *nats.Conn, closed <-chan struct{}, err error) {
 	done := make(chan struct{})
+	var lastSlow atomic.Int64 // unix nanos of the last slow-consumer log line
 	var once sync.Once
 	var lastErr struct {
 		sync.Mutex
@@ -45,6 +49,9 @@ func connect(url string, c Config, log *slog.Logger) (nc *nats.Conn, closed <-ch
 			log.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if closing.Load() {
+				return
+			}
 			if err != nil {
 				logOnce("NATS disconnected", err)
 			} else {
@@ -67,7 +74,17 @@ func connect(url string, c Config, log *slog.Logger) (nc *nats.Conn, closed <-ch
 				attrs = append(attrs, slog.String("subject", sub.Subject))
 			}
 			if errors.Is(err, nats.ErrSlowConsumer) {
-				log.Warn("slow consumer: the client library dropped messages", attrs...)
+				// Reported on every drop while it lasts: log it every 10 s at most.
+				now := time.Now().UnixNano()
+				if last := lastSlow.Load(); now-last < int64(10*time.Second) || !lastSlow.CompareAndSwap(last, now) {
+					return
+				}
+				if sub != nil {
+					if n, err := sub.Dropped(); err == nil {
+						attrs = append(attrs, slog.Int("dropped_total", n))
+					}
+				}
+				log.Warn("slow consumer: the client library dropped messages; the next report of each node heals the state", attrs...)
 				return
 			}
 			logOnce("NATS error", err)

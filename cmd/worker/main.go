@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,6 +90,7 @@ type Main struct {
 	store  kv.Store
 
 	stopMetrics func()
+	closing     atomic.Bool // Close has begun
 }
 
 // Run starts everything and returns once the worker serves.
@@ -103,21 +105,16 @@ func (m *Main) Run() error {
 		url = srv.ClientURL()
 		m.Log.Info("embedded NATS server listening", slog.String("url", url))
 	}
-	nc, closed, err := connect(url, m.Config, m.Log)
+	nc, closed, err := connect(url, m.Config, m.Log, &m.closing)
 	if err != nil {
 		return fmt.Errorf("NATS connect: %w", err)
 	}
 	m.nc, m.closed = nc, closed
 	m.store = kv.NewMemory()
 	mgr := flowstate.NewManager(m.store, flowstate.Options{DeferAggregateWrite: m.Config.PublishInterval > 0})
-	w, err := consumer.New(nc, mgr, consumer.Config{
-		Prefix:          m.Config.Prefix,
-		Queue:           m.Config.Queue,
-		PublishInterval: m.Config.PublishInterval,
-		MaxFlows:        m.Config.MaxFlows,
-		Version:         version,
-		Logger:          m.Log,
-	})
+	ccfg := m.Config.consumerConfig()
+	ccfg.Version, ccfg.Logger = version, m.Log
+	w, err := consumer.New(nc, mgr, ccfg)
 	if err != nil {
 		return err
 	}
@@ -150,6 +147,7 @@ func (m *Main) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	m.closing.Store(true)
 	if m.nc != nil {
 		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			m.nc.Close()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,13 +80,18 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, version)
 }
 
-// serveMetrics serves /metrics, /healthz (the process runs) and /readyz
-// (NATS is connected and the worker serves) on addr until ctx ends.
+// serveMetrics serves /metrics, /healthz (the process runs), /readyz (NATS
+// is connected and the worker serves) and Go's /debug/pprof/ profiles on
+// addr.
 func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats.Conn, log *slog.Logger) (stop func(), err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newStatsCollector(w, nc), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		if !nc.IsConnected() {

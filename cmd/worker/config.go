@@ -107,10 +107,12 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	if envErr != nil {
 		return c, envErr
 	}
-	fs.Usage = func() { printUsage(usageOut, fs) }
+	// The flag package calls Usage on every parse error and on -help; the
+	// usage is printed once, for -help only: an error is one line on stderr.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			printUsage(usageOut, fs)
 			return c, errHelp
 		}
 		return c, err

@@ -6,4 +6,9 @@ import "io"
 type subcommand func(args []string, getenv func(string) string, stdout, stderr io.Writer) int
 
 // subcommands of the binary; with none, it runs the worker.
-var subcommands = map[string]subcommand{}
+var subcommands = map[string]subcommand{
+	"get":   runGet,
+	"watch": runWatch,
+	"send":  runSend,
+	"bench": runBench,
+}

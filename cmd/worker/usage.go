@@ -12,9 +12,18 @@ heartbeat reports of flownodes from NATS and serves the aggregate to frontends.
 
 Usage:
   worker [flags]
+  worker get|watch|send|bench [flags]
 
 With no --nats-url it starts an embedded NATS server on --listen and serves on it.
 Every flag can also be set with its environment variable (a flag given wins).
+
+Subcommands talk to a running worker over NATS (--nats-url, default
+nats://127.0.0.1:4222, and --prefix); see worker <subcommand> --help:
+  get     print the current flow state as a table, or its JSON with --json
+  watch   print one line per state update
+  send    send one heartbeat report and print the revision it was applied at
+  bench   simulate flownodes sending reports, report the rate and latency,
+          and check the final state
 
 Flags:
 `)

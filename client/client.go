@@ -1,0 +1,119 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"flowstate/consumer"
+	"flowstate/flowstate"
+)
+
+// DefaultPrefix is the subject prefix of Options, as the worker's default.
+const DefaultPrefix = consumer.DefaultPrefix
+
+// DefaultTimeout bounds each request when Options.Timeout is zero.
+const DefaultTimeout = 5 * time.Second
+
+// Options configure a Client. The zero value takes the defaults.
+type Options struct {
+	// Prefix is the subject prefix of the worker; "" means DefaultPrefix.
+	Prefix string
+	// Timeout bounds each request (a get, an acknowledged report), within
+	// the deadline of the context passed, if any; 0 means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Validate reports the first invalid option.
+func (o Options) Validate() error {
+	if err := (consumer.Config{Prefix: o.Prefix}).Validate(); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
+	}
+	return nil
+}
+
+// Client sends reports to and reads the state of the worker serving one
+// subject prefix. It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	timeout time.Duration
+
+	hbPrefix     string // <prefix>.heartbeat.
+	stateSubject string // <prefix>.state
+	getSubject   string // <prefix>.state.get
+}
+
+// New returns a Client that talks over nc, which stays the caller's to
+// close. It does no I/O.
+func New(nc *nats.Conn, opts Options) (*Client, error) {
+	if nc == nil {
+		return nil, errors.New("client: a connection is required")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &Client{
+		nc:           nc,
+		timeout:      opts.Timeout,
+		hbPrefix:     opts.Prefix + ".heartbeat.",
+		stateSubject: opts.Prefix + ".state",
+		getSubject:   opts.Prefix + ".state.get",
+	}, nil
+}
+
+// HeartbeatSubject returns the subject node nodeID reports on.
+func (c *Client) HeartbeatSubject(nodeID uint64) string {
+	return c.hbPrefix + strconv.FormatUint(nodeID, 10)
+}
+
+// StateSubject returns the subject the worker publishes the aggregate on.
+func (c *Client) StateSubject() string { return c.stateSubject }
+
+// request sends msg as a request, bounded by ctx and the client's timeout,
+// and returns the reply. A reply with the service error headers returns a
+// *ServiceError; no worker listening returns an error wrapping ErrNoWorker.
+func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w on %s (%w)", ErrNoWorker, msg.Subject, err)
+	case err != nil:
+		return nil, fmt.Errorf("client: %s: %w", msg.Subject, err)
+	}
+	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+		n, _ := strconv.Atoi(code)
+		return nil, &ServiceError{Subject: msg.Subject, Code: n, Reason: reply.Header.Get(micro.ErrorHeader)}
+	}
+	return reply, nil
+}
+
+// parseVersion reads the Flow-State-Epoch and Flow-State-Revision headers.
+func parseVersion(h nats.Header) (flowstate.Version, error) {
+	epoch := h.Get(consumer.HeaderEpoch)
+	rev := h.Get(consumer.HeaderRevision)
+	if epoch == "" || rev == "" {
+		return flowstate.Version{}, fmt.Errorf("%w: missing %s or %s header", ErrBadReply, consumer.HeaderEpoch, consumer.HeaderRevision)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(rev), 10, 64)
+	if err != nil {
+		return flowstate.Version{}, fmt.Errorf("%w: %s %q is not a decimal uint64", ErrBadReply, consumer.HeaderRevision, rev)
+	}
+	return flowstate.Version{Epoch: epoch, Revision: n}, nil
+}

@@ -1,0 +1,179 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"flowstate/client"
+	"flowstate/consumer"
+	"flowstate/flowstate"
+)
+
+// demo starts an embedded NATS server and an in-process worker for the
+// examples, and connects to the server. In production the worker runs on
+// its own and the application already holds a connection.
+func demo(cfg consumer.Config) (nc *nats.Conn, stop func()) {
+	srv, err := runServer()
+	if err != nil {
+		panic(err)
+	}
+	stopWorker, err := runWorker(srv.ClientURL(), cfg)
+	if err != nil {
+		panic(err)
+	}
+	nc, err = nats.Connect(srv.ClientURL())
+	if err != nil {
+		panic(err)
+	}
+	return nc, func() {
+		nc.Close()
+		_ = stopWorker()
+		srv.Shutdown()
+	}
+}
+
+// A flownode sends its heartbeat report and waits for the worker to apply
+// it.
+func ExampleClient_Send() {
+	nc, stop := demo(consumer.Config{MaxFlows: 100})
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	c, err := client.New(nc, client.Options{}) // prefix "flow", 5s timeout
+	if err != nil {
+		panic(err)
+	}
+	v, err := c.Send(ctx, client.Report{
+		NodeID:    1,
+		NodeEpoch: 1700000000000,
+		Value: flowstate.FlowStateValue{
+			StateSize:       map[flowstate.FlowID]uint64{7: 1024, 8: 4096},
+			LastExecTimeMap: map[flowstate.FlowID]int64{7: 1700000060000},
+			StartTimeMap:    map[flowstate.FlowID]int64{7: 1700000000000},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("applied at revision", v.Revision)
+
+	// A report the worker refuses changes nothing and says why.
+	tooMany := flowstate.FlowStateValue{StateSize: map[flowstate.FlowID]uint64{}}
+	for id := range flowstate.FlowID(101) {
+		tooMany.StateSize[id] = 1
+	}
+	_, err = c.Send(ctx, client.Report{NodeID: 1, Value: tooMany})
+	var rejected *client.ServiceError
+	if errors.As(err, &rejected) {
+		fmt.Println("rejected with code", rejected.Code)
+	}
+
+	// Without waiting for an acknowledgement:
+	if err := c.Publish(client.Report{NodeID: 2}); err != nil {
+		panic(err)
+	}
+	// Output:
+	// applied at revision 1
+	// rejected with code 400
+}
+
+// A frontend reads the aggregate once.
+func ExampleClient_Get() {
+	nc, stop := demo(consumer.Config{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(nc, client.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	_, err = c.Send(ctx, client.Report{NodeID: 1, Value: flowstate.FlowStateValue{
+		StateSize:       map[flowstate.FlowID]uint64{10: 2048, 2: 1024},
+		LastExecTimeMap: map[flowstate.FlowID]int64{2: 1700000000000},
+	}})
+	if err != nil {
+		panic(err)
+	}
+
+	s, err := c.Get(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("revision", s.Revision, "flow 10 holds", s.Value.StateSize[10], "bytes")
+
+	body, _, err := c.GetJSON(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(string(body))
+	// Output:
+	// revision 1 flow 10 holds 2048 bytes
+	// {"state_size":{"2":1024,"10":2048},"last_exec_time_map":{"2":1700000000000},"start_time_map":{}}
+}
+
+// A frontend follows the live aggregate. Here the flownode reports once
+// after each state the frontend sees, so that no state is skipped; a
+// frontend slower than the updates gets the newest state instead of each.
+func ExampleClient_Watch() {
+	nc, stop := demo(consumer.Config{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(nc, client.Options{})
+	if err != nil {
+		panic(err)
+	}
+
+	for s, err := range c.Watch(ctx) {
+		if err != nil {
+			fmt.Println("no state yet:", err) // Watch retries if the loop goes on
+			continue
+		}
+		n := len(s.Value.StateSize)
+		fmt.Printf("revision %d: %d flows (new epoch: %v)\n", s.Revision, n, s.EpochChanged)
+		if n == 3 {
+			break
+		}
+		// The flownode reports one more flow.
+		r := client.Report{NodeID: 1, Value: flowstate.FlowStateValue{StateSize: map[flowstate.FlowID]uint64{}}}
+		for id := range flowstate.FlowID(n + 1) {
+			r.Value.StateSize[id+1] = 1024
+		}
+		if _, err := c.Send(ctx, r); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// revision 0: 0 flows (new epoch: false)
+	// revision 1: 1 flows (new epoch: false)
+	// revision 3: 2 flows (new epoch: false)
+	// revision 5: 3 flows (new epoch: false)
+}
+
+// A benchmark harness drives the worker with simulated flownodes and checks
+// the final aggregate.
+func ExampleClient_Load() {
+	nc, stop := demo(consumer.Config{})
+	defer stop()
+	c, err := client.New(nc, client.Options{})
+	if err != nil {
+		panic(err)
+	}
+	res, err := c.Load(context.Background(), client.LoadConfig{
+		Nodes:    4,
+		Flows:    5,
+		Rate:     0, // as fast as possible
+		Duration: 200 * time.Millisecond,
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("exact:", res.Exact(), "flows:", len(res.Final.Value.StateSize), "failed:", res.Failed)
+	// Output:
+	// exact: true flows: 20 failed: 0
+}

@@ -1,0 +1,246 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"flowstate/flowstate"
+)
+
+// Bounds of the pause between retries of a snapshot that failed.
+const (
+	minRetryWait = 100 * time.Millisecond
+	maxRetryWait = 5 * time.Second
+)
+
+// Watch returns an iterator over the live aggregate. When the loop starts it
+// subscribes to <prefix>.state, then takes a snapshot with a get, yields it,
+// and then yields the updates that are newer than what it yielded last:
+//
+//   - Within an epoch, revisions strictly increase: an update whose epoch is
+//     the current one and whose revision is not greater is skipped, so no
+//     state is yielded twice or goes backwards.
+//   - An update of another epoch makes Watch take a new snapshot, which
+//     decides the current epoch; when it differs from the last one, that state
+//     is yielded with EpochChanged set, and Watch follows the new epoch.
+//     Watch also takes a new snapshot when the connection reconnects or the
+//     client library dropped updates, since the newest may have been lost.
+//   - Buffering is bounded: while the loop body runs, Watch keeps only the
+//     newest update (and the client library's pending limits bound the
+//     rest), so a slow loop skips intermediate states but never sees them out
+//     of order, and once updates stop the last state yielded is the latest.
+//
+// The iterator ends when ctx ends or the loop breaks, and then
+// unsubscribes. It yields an error (with a zero State) when a snapshot
+// fails, for instance while no worker is up; that error does not end it: if
+// the loop goes on, Watch retries after a pause that grows up to 5s. It ends
+// after yielding an error when it cannot subscribe or the connection closes.
+//
+// Each run of the loop takes its own subscription; the iterator may be
+// ranged over again.
+func (c *Client) Watch(ctx context.Context) iter.Seq2[State, error] {
+	return func(yield func(State, error) bool) {
+		box := &mailbox{ready: make(chan struct{}, 1)}
+		sub, err := c.nc.Subscribe(c.stateSubject, box.put)
+		if err != nil {
+			yield(State{}, fmt.Errorf("client: watch %s: %w", c.stateSubject, err))
+			return
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		reconnected := c.nc.StatusChanged(nats.CONNECTED)
+		defer c.nc.RemoveStatusListener(reconnected)
+		w := &watch{c: c, ctx: ctx, yield: yield, sub: sub,
+			closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
+		w.run(box)
+	}
+}
+
+// watch is one run of a Watch loop.
+type watch struct {
+	c           *Client
+	ctx         context.Context
+	yield       func(State, error) bool
+	sub         *nats.Subscription
+	closed      <-chan nats.SubStatus
+	reconnected <-chan nats.Status
+
+	cur     State // the state yielded last
+	dropped int   // updates the client library dropped, as last seen
+}
+
+// run yields the snapshot, then the updates, until the loop or ctx ends.
+func (w *watch) run(box *mailbox) {
+	s, ok := w.snapshot()
+	if !ok {
+		return
+	}
+	w.cur = s
+	if !w.yield(s, nil) {
+		return
+	}
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-w.closed:
+			w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.stateSubject, nats.ErrConnectionClosed))
+			return
+		case <-w.reconnected:
+			// Updates published while the connection was down are lost:
+			// the snapshot tells what is current.
+			if !w.resync(update{}) {
+				return
+			}
+			continue
+		case <-box.ready:
+		}
+		u, ok := box.take()
+		if !ok {
+			continue
+		}
+		lost := false
+		if n, err := w.sub.Dropped(); err == nil && n > w.dropped {
+			// The client library dropped updates (a slow consumer): the
+			// newest may be among them.
+			w.dropped, lost = n, true
+		}
+		if !lost && !u.mixed && u.version.Epoch == w.cur.Epoch {
+			if u.version.Revision <= w.cur.Revision {
+				continue // stale or a duplicate
+			}
+			if s, err := decodeState(u.msg); err == nil {
+				if !w.emit(s) {
+					return
+				}
+				continue
+			}
+			// An update that does not decode: the snapshot tells what is
+			// current rather than ending on a stale state.
+		}
+		if !w.resync(u) {
+			return
+		}
+	}
+}
+
+// resync takes a snapshot after update u showed another epoch (or could
+// not be read, or updates may have been lost), yields it if it is news,
+// then yields u if it is newer still. It reports whether to go on.
+func (w *watch) resync(u update) bool {
+	s, ok := w.snapshot()
+	if !ok {
+		return false
+	}
+	switch {
+	case s.Epoch != w.cur.Epoch:
+		s.EpochChanged = true
+		if !w.emit(s) {
+			return false
+		}
+	case s.Revision > w.cur.Revision:
+		if !w.emit(s) {
+			return false
+		}
+	}
+	if u.version.Epoch == w.cur.Epoch && u.version.Revision > w.cur.Revision {
+		if s, err := decodeState(u.msg); err == nil {
+			return w.emit(s)
+		}
+	}
+	return true
+}
+
+// emit makes s current and yields it.
+func (w *watch) emit(s State) bool {
+	w.cur = s
+	return w.yield(s, nil)
+}
+
+// snapshot gets the current state, yielding the errors and retrying with a
+// growing pause until it succeeds; ok is false when the loop or ctx ended.
+func (w *watch) snapshot() (s State, ok bool) {
+	wait := minRetryWait
+	for {
+		s, err := w.c.Get(w.ctx)
+		if w.ctx.Err() != nil {
+			return State{}, false
+		}
+		if err == nil {
+			return s, true
+		}
+		if !w.yield(State{}, err) {
+			return State{}, false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-w.ctx.Done():
+			t.Stop()
+			return State{}, false
+		case <-w.closed:
+			t.Stop()
+			w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.stateSubject, nats.ErrConnectionClosed))
+			return State{}, false
+		case <-t.C:
+		}
+		wait = min(2*wait, maxRetryWait)
+	}
+}
+
+// update is an aggregate message from <prefix>.state, its body not yet
+// decoded.
+type update struct {
+	msg     *nats.Msg
+	version flowstate.Version
+	// mixed reports that updates of more than one epoch arrived since the
+	// last take: the order between epochs is unknown, so only a snapshot
+	// can tell which one is current.
+	mixed bool
+}
+
+// mailbox holds the newest update between the subscription's callback and
+// the loop, so that the callback never blocks and memory stays bounded.
+type mailbox struct {
+	ready chan struct{} // an update is waiting; capacity 1
+
+	mu      sync.Mutex // guards pending and has
+	pending update
+	has     bool
+}
+
+// put keeps msg if it is newer than the update waiting; it runs on the
+// subscription's goroutine. Messages without valid version headers are not
+// the worker's and are ignored.
+func (b *mailbox) put(msg *nats.Msg) {
+	v, err := parseVersion(msg.Header)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	switch {
+	case !b.has:
+		b.pending, b.has = update{msg: msg, version: v}, true
+	case v.Epoch != b.pending.version.Epoch:
+		b.pending = update{msg: msg, version: v, mixed: true}
+	case v.Revision > b.pending.version.Revision:
+		b.pending.msg, b.pending.version = msg, v
+	}
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take removes and returns the waiting update, if any.
+func (b *mailbox) take() (update, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	u, ok := b.pending, b.has
+	b.pending, b.has = update{}, false
+	return u, ok
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"flowstate/client"
+)
+
+// runBench is `worker bench`: simulated flownodes against a worker.
+func runBench(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCLICommand("bench", "[--nodes N] [--flows F] [--rate R] [--duration D]", `
+worker bench simulates --nodes flownodes with --flows flows each (node i, from
+0, owns the flow ids i*F+1 to i*F+F) sending their heartbeat reports as
+requests to a running worker, --rate reports per second in total, for
+--duration. Each node has one report in flight at most. While it runs, a
+progress line on stderr shows the reports sent and acknowledged and the
+rate of the last second. Then it prints the applied rate (acknowledged
+reports per second) and the acknowledgement latency (p50, p99, max), gets the
+aggregate, and checks that it is exactly each node's last acknowledged
+report; if not, it says what differs and exits 1. Run it against a worker
+with no other flownodes, as flows it did not send count as differences.
+SIGINT stops the load early; the check still runs.`, `
+worker bench --nodes 100 --flows 10 --rate 5000 --duration 30s
+worker bench --nats-url nats://10.0.0.5:4222 --nodes 1000 --flows 10 --rate 0`)
+	cfg := client.LoadConfig{}
+	c.fs.IntVar(&cfg.Nodes, "nodes", 100, "`N` simulated flownodes")
+	c.fs.IntVar(&cfg.Flows, "flows", 10, "`F` flows per node")
+	c.fs.Float64Var(&cfg.Rate, "rate", 0, "`R` reports per second, all nodes together (0: as fast as possible)")
+	c.fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send reports, a Go `duration`")
+	c.fs.IntVar(&cfg.Concurrency, "concurrency", client.DefaultLoadConcurrency, "at most `C` reports in flight (and one per node)")
+	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
+		return code
+	}
+	if err := checkBench(cfg); err != nil {
+		return c.fail(stderr, err)
+	}
+	nc, cl, code := c.connect(stderr)
+	if nc == nil {
+		return code
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg.Progress = func(p client.LoadProgress) {
+		fmt.Fprintf(stderr, "\r%-70s", fmt.Sprintf("%5.0fs  sent %d  acked %d  failed %d  rate %.0f/s",
+			p.Elapsed.Seconds(), p.Sent, p.Acked, p.Failed, p.Rate))
+	}
+	res, err := cl.Load(ctx, cfg)
+	fmt.Fprintln(stderr)
+	if err != nil {
+		return c.errorf(stderr, "%v", err)
+	}
+	printBench(stdout, cfg, res)
+	switch {
+	case res.Acked == 0:
+		return c.errorf(stderr, "no report was acknowledged")
+	case !res.Exact():
+		return 1
+	}
+	return 0
+}
+
+// printBench writes the result of a load.
+func printBench(w io.Writer, cfg client.LoadConfig, res client.LoadResult) {
+	us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	fmt.Fprintf(w, "nodes %d, flows per node %d, target rate %s, %v\n", cfg.Nodes, cfg.Flows, rateText(cfg.Rate), cfg.Duration)
+	fmt.Fprintf(w, "sent %d, acked %d, failed %d in %v\n", res.Sent, res.Acked, res.Failed, res.Elapsed.Round(time.Millisecond))
+	if res.FirstError != nil {
+		fmt.Fprintf(w, "first failure: %s\n", oneLine(res.FirstError))
+	}
+	fmt.Fprintf(w, "applied rate: %.1f reports/s\n", res.AppliedRate())
+	fmt.Fprintf(w, "ack latency: p50 %v, p99 %v, max %v\n", us(res.P50), us(res.P99), us(res.Max))
+	flows := len(res.Final.Value.Flows())
+	if res.Exact() {
+		fmt.Fprintf(w, "aggregate: exact (%d flows, %s, epoch %s, revision %d)\n",
+			flows, humanSize(totalSize(res.Final.Value)), res.Final.Epoch, res.Final.Revision)
+		return
+	}
+	fmt.Fprintf(w, "aggregate: DIFFERS from each node's last acknowledged report (%d flows, epoch %s, revision %d):\n",
+		flows, res.Final.Epoch, res.Final.Revision)
+	foreign := false
+	for _, line := range res.Diff {
+		fmt.Fprintf(w, "  %s\n", line)
+		foreign = foreign || strings.Contains(line, "no simulated node owns")
+	}
+	if foreign {
+		fmt.Fprintln(w, "flows that no simulated node owns come from other flownodes or an earlier run: bench a worker of its own")
+	}
+}
+
+func rateText(r float64) string {
+	if r == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprintf("%g/s", r)
+}
+
+// checkBench validates the flags of bench in their own terms.
+func checkBench(cfg client.LoadConfig) error {
+	switch {
+	case cfg.Nodes <= 0:
+		return fmt.Errorf("--nodes %d must be positive", cfg.Nodes)
+	case cfg.Flows < 0:
+		return fmt.Errorf("--flows %d must not be negative", cfg.Flows)
+	case cfg.Rate < 0:
+		return fmt.Errorf("--rate %g must not be negative", cfg.Rate)
+	case cfg.Duration <= 0:
+		return fmt.Errorf("--duration %v must be positive", cfg.Duration)
+	case cfg.Concurrency <= 0:
+		return fmt.Errorf("--concurrency %d must be positive", cfg.Concurrency)
+	}
+	if err := cfg.Validate(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "client: load: "))
+	}
+	return nil
+}

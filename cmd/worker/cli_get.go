@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"flowstate/client"
+)
+
+// runGet is `worker get`: it prints the current aggregate.
+func runGet(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCLICommand("get", "", `
+worker get prints the flow state that a running worker serves: one line per
+flow (its id, state size, last execution and start times in UTC, and the
+uptime between them), then the state's epoch and revision. With --json it
+prints exactly the serde_json bytes GreptimeDB stores for FlowStateValue, and
+a newline.`, `
+worker get
+worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size`)
+	asJSON := c.fs.Bool("json", false, "print the aggregate's JSON bytes from the worker instead of a table")
+	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
+		return code
+	}
+	nc, cl, code := c.connect(stderr)
+	if nc == nil {
+		return code
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	if *asJSON {
+		body, _, err := cl.GetJSON(ctx)
+		if err != nil {
+			return c.errorf(stderr, "%v", err)
+		}
+		if _, err := fmt.Fprintf(stdout, "%s\n", body); err != nil {
+			return c.errorf(stderr, "%v", err)
+		}
+		return 0
+	}
+	s, err := cl.Get(ctx)
+	if err != nil {
+		return c.errorf(stderr, "%v", err)
+	}
+	if err := printState(stdout, s); err != nil {
+		return c.errorf(stderr, "%v", err)
+	}
+	return 0
+}
+
+// printState writes s as a table and a line with its version.
+func printState(w io.Writer, s client.State) error {
+	if err := writeTable(w, s.Value); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nepoch %s, revision %d\n", s.Epoch, s.Revision)
+	return err
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"flowstate/client"
+)
+
+// watchTimeFormat is RFC 3339 in UTC with milliseconds.
+const watchTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// runWatch is `worker watch`: one line per state update.
+func runWatch(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := newCLICommand("watch", "", `
+worker watch follows the flow state that a running worker serves and prints
+one line per state: the time it arrived (UTC), its epoch and revision, the
+number of flows and their total state size. The first line is the state when
+it starts. States come in revision order, never twice; a slow terminal may
+skip some but always shows the latest. A line that ends with "(new epoch)"
+starts over after the worker's state did (a restart with an empty store).
+It runs until interrupted (SIGINT or SIGTERM), or until --count lines.`, `
+worker watch
+worker watch --prefix staging.flow --count 1`)
+	count := c.fs.Int("count", 0, "stop after `n` lines (0: until interrupted); the first line is the current state")
+	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
+		return code
+	}
+	if *count < 0 {
+		return c.fail(stderr, fmt.Errorf("--count %d is negative", *count))
+	}
+	nc, cl, code := c.connect(stderr)
+	if nc == nil {
+		return code
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	lines := 0
+	var lastErr error
+	for s, err := range cl.Watch(ctx) {
+		if err != nil {
+			lastErr = err
+			c.errorf(stderr, "%v (retrying)", err)
+			continue
+		}
+		lastErr = nil
+		if _, err := fmt.Fprintln(stdout, watchLine(time.Now(), s)); err != nil {
+			return c.errorf(stderr, "%v", err)
+		}
+		if lines++; *count > 0 && lines >= *count {
+			return 0
+		}
+	}
+	if ctx.Err() == nil && lastErr != nil {
+		return 1 // the watch ended on an error, already reported
+	}
+	return 0
+}
+
+// watchLine is one line of `worker watch`.
+func watchLine(at time.Time, s client.State) string {
+	line := fmt.Sprintf("%s  epoch %s  revision %d  flows %d  size %s",
+		at.UTC().Format(watchTimeFormat), s.Epoch, s.Revision, len(s.Value.Flows()), humanSize(totalSize(s.Value)))
+	if s.EpochChanged {
+		line += "  (new epoch)"
+	}
+	return line
+}

@@ -1,0 +1,237 @@
+package codec
+
+import (
+	"bytes"
+	"hash/maphash"
+	"slices"
+	"strconv"
+
+	"flowstate/flowstate"
+)
+
+// Decoder decodes heartbeat reports. Its zero value is ready to use, with no
+// limit on the number of flows. A Decoder keeps scratch buffers between
+// calls, so that decoding a steady stream of reports does not allocate; it
+// is not safe for concurrent use.
+type Decoder struct {
+	// MaxFlows is the most distinct flow ids a report may name across its
+	// three maps; 0 (or less) means no limit. A report over the limit is rejected as
+	// soon as that shows, before the rest of it is read.
+	MaxFlows int
+
+	ents    []entry          // the flows of the map read last, not yet in union
+	entsBit flowstate.Fields // the map ents came from
+	tmp     []entry          // spare buffer for sorting ents
+	union   []flowstate.Flow // the flows of the maps read before ents, sorted
+	spare   []flowstate.Flow // spare buffer for merging into union
+	names   []span           // where the names of unknown fields are
+	hashes  []uint64         // spare buffer for sorting their hashes
+}
+
+// span locates a field name in the body.
+type span struct {
+	off, end int
+	hash     uint64 // set by duplicateName
+}
+
+// field is a field of the report map.
+type field uint8
+
+const (
+	fieldUnknown field = iota
+	fieldNodeID
+	fieldNodeEpoch
+	fieldStateSize
+	fieldLastExecTime
+	fieldStartTime
+)
+
+var fieldNames = [...]string{
+	fieldNodeID:       "node_id",
+	fieldNodeEpoch:    "node_epoch",
+	fieldStateSize:    "state_size",
+	fieldLastExecTime: "last_exec_time_map",
+	fieldStartTime:    "start_time_map",
+}
+
+func fieldOf(name []byte, aggregate bool) field {
+	switch string(name) {
+	case "node_id":
+		if !aggregate {
+			return fieldNodeID
+		}
+	case "node_epoch":
+		if !aggregate {
+			return fieldNodeEpoch
+		}
+	case "state_size":
+		return fieldStateSize
+	case "last_exec_time_map":
+		return fieldLastExecTime
+	case "start_time_map":
+		return fieldStartTime
+	}
+	return fieldUnknown
+}
+
+// Decode decodes the heartbeat report in data into r, following the rules
+// of PROTOCOL.md. It reuses r.Flows' capacity and keeps no reference to
+// data. A rejected report returns a *DecodeError, which wraps
+// ErrInvalidReport, and leaves r empty.
+func (d *Decoder) Decode(data []byte, r *Report) error {
+	if err := d.decode(data, r, false); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
+	flows := r.Flows[:0]
+	*r = Report{Flows: flows}
+	d.ents, d.entsBit = d.ents[:0], 0
+	d.union = d.union[:0]
+	d.names = d.names[:0]
+	if err := d.parse(data, r, aggregate); err != nil {
+		*r = Report{Flows: flows}
+		err.aggregate = aggregate
+		return err
+	}
+	if len(d.union) == len(d.ents) {
+		flows = append(flows, d.union...)
+		if update(flows, d.ents, d.entsBit) {
+			r.Flows = flows
+			return nil
+		}
+	}
+	r.Flows = merge(flows, d.union, d.ents, d.entsBit)
+	return nil
+}
+
+// parse reads the report map, leaving its flows in d.union and d.ents.
+func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
+	if len(b) == 0 {
+		return newError("", KindEmpty, "empty body")
+	}
+	n, i, st := mapLenAt(b, 0)
+	if st != ok {
+		return topLevelError(b, st)
+	}
+	var seen uint8
+	for ; n > 0; n-- {
+		name, j, st := strAt(b, i)
+		if st != ok {
+			return scanError("", st, codeAt(b, i), "a string field name")
+		}
+		f := fieldOf(name, aggregate)
+		if f != fieldUnknown {
+			if seen&(1<<f) != 0 {
+				return newError(fieldNames[f], KindDuplicateField, "named twice")
+			}
+			seen |= 1 << f
+		}
+		var err *DecodeError
+		switch f {
+		case fieldNodeID:
+			r.NodeID, j, err = uintField(b, j, "node_id")
+		case fieldNodeEpoch:
+			if j < len(b) && b[j] == codeNil {
+				j++
+				break
+			}
+			r.NodeEpoch, j, err = uintField(b, j, "node_epoch")
+			r.HasNodeEpoch = true
+		case fieldStateSize, fieldLastExecTime, fieldStartTime:
+			j, err = d.flowMap(b, j, f)
+		default:
+			d.names = append(d.names, span{off: j - len(name), end: j})
+			var st status
+			if j, st = skipAt(b, j, 2); st != ok {
+				err = scanError(namePath(name), st, 0, "")
+			}
+		}
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	if i != len(b) {
+		return newError("", KindTrailingBytes, strconv.Itoa(len(b)-i)+" bytes after the report")
+	}
+	if !aggregate && seen&(1<<fieldNodeID) == 0 {
+		return newError("node_id", KindMissingNodeID, "missing")
+	}
+	if name := d.duplicateName(b); name != nil {
+		return newError(namePath(name), KindDuplicateField, "named twice")
+	}
+	return nil
+}
+
+// topLevelError explains why a body does not start with a map.
+func topLevelError(b []byte, st status) *DecodeError {
+	if st == truncated {
+		return newError("", KindNotMsgpack, "truncated")
+	}
+	if j, st := skipAt(b, 0, 1); st == truncated || st == invalid || st == ok && j != len(b) {
+		return newError("", KindNotMsgpack, "not a msgpack value")
+	}
+	return newError("", KindBadType, "body is "+typeName(b[0])+", want a map")
+}
+
+// uintField reads the unsigned integer value of field name.
+func uintField(b []byte, i int, name string) (uint64, int, *DecodeError) {
+	v, neg, j, st := intAt(b, i)
+	if st != ok {
+		return 0, i, scanError(name, st, codeAt(b, i), "an unsigned integer")
+	}
+	if neg {
+		return 0, i, newError(name, KindOutOfRange, "negative value "+strconv.FormatInt(int64(v), 10))
+	}
+	return v, j, nil
+}
+
+// nameSeed seeds the hashes of field names.
+var nameSeed = maphash.MakeSeed()
+
+// duplicateName returns the name of an unknown field named twice, if any.
+// Beyond a few names, it sorts their hashes and compares the names of equal
+// hashes only: O(n log n) with a small constant, so that a hostile report
+// of a million distinct names costs milliseconds.
+func (d *Decoder) duplicateName(b []byte) []byte {
+	names := d.names
+	name := func(s span) []byte { return b[s.off:s.end] }
+	if len(names) <= 8 {
+		for k := 1; k < len(names); k++ {
+			for m := range k {
+				if bytes.Equal(name(names[m]), name(names[k])) {
+					return name(names[k])
+				}
+			}
+		}
+		return nil
+	}
+	hashes := d.hashes[:0]
+	for k := range names {
+		names[k].hash = maphash.Bytes(nameSeed, name(names[k]))
+		hashes = append(hashes, names[k].hash)
+	}
+	d.hashes = hashes
+	slices.Sort(hashes)
+	for k := 1; k < len(hashes); k++ {
+		if hashes[k] != hashes[k-1] || k > 1 && hashes[k-2] == hashes[k] {
+			continue
+		}
+		// Names that share a hash are almost surely the same name.
+		h := hashes[k]
+		for m := range names {
+			if names[m].hash != h {
+				continue
+			}
+			for l := m + 1; l < len(names); l++ {
+				if names[l].hash == h && bytes.Equal(name(names[m]), name(names[l])) {
+					return name(names[l])
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet bench fuzz clean
+.PHONY: all build run test vet bench fuzz clean js-deps
 
 all: build
 
@@ -18,7 +18,12 @@ run: build
 vet:
 	$(GO) vet ./...
 
-test: vet
+# The JavaScript conformance client (e2e/js) runs against the worker in
+# `make test`; its npm packages are pinned in package.json.
+js-deps:
+	cd e2e/js && npm install --no-package-lock --no-audit --no-fund
+
+test: vet js-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 bench:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +87,10 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports here, with the reason in headers (empty: off)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	useTokenEnv := false
-	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(string) error {
+	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(v string) error {
+		if v != "true" {
+			return fmt.Errorf("the token is read from %sNATS_TOKEN only, to keep it out of process listings", envPrefix)
+		}
 		useTokenEnv = true
 		return nil
 	})
@@ -188,6 +192,17 @@ func (c Config) Validate() error {
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--nats-creds", c.Creds}, {"--nats-nkey", c.NKeySeed},
+		{"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%s: %v", f.flag, err)
+		}
 	}
 	return nil
 }

@@ -16,8 +16,9 @@ import (
 // on authentication errors (logged, not fatal). closed is closed when the
 // connection is closed.
 //
-// closing tells the handlers that a disconnection is the worker's own doing.
-func connect(url string, c Config, log *slog.Logger, closing *atomic.Bool) (nc *nats.Conn, closed <-chan struct{}, err error) {
+// closing tells the handlers that a disconnection is the worker's own doing;
+// connect sets connected once the connection is up for the first time.
+func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.Bool) (nc *nats.Conn, closed <-chan struct{}, err error) {
 	done := make(chan struct{})
 	var lastSlow atomic.Int64 // unix nanos of the last slow-consumer log line
 	var once sync.Once
@@ -36,6 +37,12 @@ func connect(url string, c Config, log *slog.Logger, closing *atomic.Bool) (nc *
 		lastErr.s = err.Error()
 		log.Error(msg, slog.Any("err", err))
 	}
+	// resetLastErr starts over once connected: the next error is news.
+	resetLastErr := func() {
+		lastErr.Lock()
+		lastErr.s = ""
+		lastErr.Unlock()
+	}
 	opts := []nats.Option{
 		nats.Name("flowstate-worker"),
 		nats.RetryOnFailedConnect(true),
@@ -46,6 +53,8 @@ func connect(url string, c Config, log *slog.Logger, closing *atomic.Bool) (nc *
 		nats.IgnoreAuthErrorAbort(),
 		nats.DrainTimeout(4 * time.Second),
 		nats.ConnectHandler(func(nc *nats.Conn) {
+			connected.Store(true)
+			resetLastErr()
 			log.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -53,15 +62,15 @@ func connect(url string, c Config, log *slog.Logger, closing *atomic.Bool) (nc *
 				return
 			}
 			if err != nil {
-				logOnce("NATS disconnected", err)
+				// An event, not a state: logged as such, so that it does
+				// not end a run of the same error around it.
+				log.Error("NATS disconnected", slog.Any("err", err))
 			} else {
 				log.Warn("NATS disconnected")
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			lastErr.Lock()
-			lastErr.s = ""
-			lastErr.Unlock()
+			resetLastErr()
 			log.Info("NATS reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {

@@ -91,6 +91,7 @@ type Main struct {
 
 	stopMetrics func()
 	closing     atomic.Bool // Close has begun
+	connected   atomic.Bool // the connection has been up at least once
 }
 
 // Run starts everything and returns once the worker serves.
@@ -105,7 +106,7 @@ func (m *Main) Run() error {
 		url = srv.ClientURL()
 		m.Log.Info("embedded NATS server listening", slog.String("url", url))
 	}
-	nc, closed, err := connect(url, m.Config, m.Log, &m.closing)
+	nc, closed, err := connect(url, m.Config, m.Log, &m.closing, &m.connected)
 	if err != nil {
 		return fmt.Errorf("NATS connect: %w", err)
 	}
@@ -141,6 +142,13 @@ func (m *Main) Close(ctx context.Context) error {
 	var errs []error
 	if m.stopMetrics != nil {
 		m.stopMetrics()
+	}
+	if m.nc != nil && !m.connected.Load() && !m.nc.IsConnected() {
+		// Never connected (the server refuses the credentials, or is not
+		// there): nothing was received, and a drain would only wait for a
+		// server until ctx ends. Close instead.
+		m.closing.Store(true)
+		m.nc.Close()
 	}
 	if m.worker != nil {
 		if err := m.worker.Shutdown(ctx); err != nil {

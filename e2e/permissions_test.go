@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// permissionsConf gives each user only what it needs: the worker takes
+// heartbeats and gets, serves its micro service and replies; a flownode
+// publishes on its own heartbeat subject only (and receives the replies to
+// its requests); a frontend gets and follows the state.
+const permissionsConf = `authorization {
+  users = [
+    {user: worker, password: "worker-secret", permissions: {
+      publish: {allow: ["flow.state", "_INBOX.>"]}
+      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "$SRV.>"]}
+    }}
+    {user: node7, password: "node7-secret", permissions: {
+      publish: {allow: ["flow.heartbeat.7"]}
+      subscribe: {allow: ["_INBOX.>"]}
+    }}
+    {user: node8, password: "node8-secret", permissions: {
+      publish: {allow: ["flow.heartbeat.8"]}
+      subscribe: {allow: ["_INBOX.>"]}
+    }}
+    {user: frontend, password: "frontend-secret", permissions: {
+      publish: {allow: ["flow.state.get"]}
+      subscribe: {allow: ["_INBOX.>", "flow.state"]}
+    }}
+  ]
+}
+`
+
+// TestPermissionsAndSubjectCheckStopNodeSpoofing shows the anti-spoofing
+// end to end. node7 may publish only on flow.heartbeat.7, and cannot change
+// node 8's state: the server refuses its publish on flow.heartbeat.8, and
+// the worker rejects, with a 400 naming node_id, a report on its own
+// subject that claims node_id 8. Node 8's state and the revision stay as
+// they were; node7's own report is applied.
+func TestPermissionsAndSubjectCheckStopNodeSpoofing(t *testing.T) {
+	t.Parallel()
+	frontendOpt := nats.UserInfo("frontend", "frontend-secret")
+	srv := startConfServer(t, "nats", permissionsConf, frontendOpt)
+	w := launchWorker(t, []string{"FLOWSTATE_NATS_PASSWORD=worker-secret"},
+		"--nats-url", srv.URL, "--nats-user", "worker", "--publish-interval", "0")
+	frontend := dialClient(t, w, frontendOpt)
+	awaitServing(t, w, frontend)
+
+	asyncErrs := make(chan error, 16)
+	node7 := dialClient(t, w, nats.UserInfo("node7", "node7-secret"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case asyncErrs <- err:
+			default:
+			}
+		}))
+	node8 := dialClient(t, w, nats.UserInfo("node8", "node8-secret"))
+
+	node8State := flowState{StateSize: map[uint32]uint64{8: 800}, LastExecTime: map[uint32]int64{8: 1700000000008}}
+	acked := node8.report(8, codecReport(8, node8State))
+	require.Equal(t, acked, frontend.requireState(node8State))
+
+	// Through node 8's subject: the server refuses, on node7's connection.
+	spoof := codecReport(8, flowState{StateSize: map[uint32]uint64{9: 999}}) // would drop flow 8, add flow 9
+	require.NoError(t, node7.nc.Publish(node7.heartbeatSubject(8), spoof))
+	select {
+	case err := <-asyncErrs:
+		require.True(t, errors.Is(err, nats.ErrPermissionViolation), "async error %v", err)
+		assert.Contains(t, err.Error(), `"flow.heartbeat.8"`)
+	case <-time.After(messageTimeout):
+		require.FailNow(t, "no permissions violation on node7's connection", "within %v", messageTimeout)
+	}
+	assert.Equal(t, acked, frontend.requireState(node8State), "node 8's state after the refused publish")
+
+	// Through its own subject, claiming node_id 8: the worker rejects it.
+	r := node7.reject(node7.heartbeatSubject(7), spoof)
+	assert.Equal(t, "400", r.Code)
+	assert.Contains(t, r.Reason, "node_id")
+	assert.Equal(t, acked, frontend.requireState(node8State), "node 8's state after the rejected report")
+
+	// Its own report, on its own subject, is applied.
+	node7State := flowState{StateSize: map[uint32]uint64{7: 700}, LastExecTime: map[uint32]int64{7: 1700000000007}}
+	ack7 := node7.report(7, codecReport(7, node7State))
+	assert.Greater(t, ack7.Revision, acked.Revision)
+	assert.Equal(t, ack7, frontend.requireState(aggregateOf(map[uint64]flowState{7: node7State, 8: node8State})))
+
+	select {
+	case err := <-asyncErrs:
+		assert.NoError(t, err, "another async error on node7's connection")
+	default:
+	}
+	assert.Empty(t, linesMatching(w.Stderr(), workerErrorLine), "worker errors: its permissions are enough")
+}

@@ -26,8 +26,14 @@ js-deps:
 test: vet js-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+# Go benchmarks of the hot paths, then the end-to-end load test against a
+# real nats-server and worker (LOADTEST_ARGS, e.g. --runs 5; see
+# docs/performance.md).
+LOADTEST_ARGS ?=
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/
+	$(GO) run ./e2e/loadtest $(LOADTEST_ARGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 10m ./codec/

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// loadTest runs the scenarios against one nats-server.
+type loadTest struct {
+	cfg     config
+	log     io.Writer
+	bins    binaries
+	nats    *process
+	natsURL string
+
+	natsVersion string // of the nats-server binary
+}
+
+// run builds or finds the binaries, starts nats-server and runs every
+// scenario, returning what was measured even on error.
+func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
+	lt.logf("building the worker and nats-server")
+	bins, cleanup, err := prepareBinaries(ctx, lt.cfg.binDir)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	lt.bins = bins
+	lt.natsVersion = strings.TrimPrefix(binaryVersion(ctx, bins.natsServer), "nats-server: ")
+	srv, url, err := startNATS(ctx, bins.natsServer)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := srv.stop(syscall.SIGTERM); err != nil {
+			lt.logf("%v", err)
+		}
+	}()
+	lt.nats, lt.natsURL = srv, url
+	lt.logf("nats-server listening on %s", url)
+	var results []scenarioResult
+	for _, sc := range lt.cfg.scenarios {
+		p := encodePayloads(sc.nodes, sc.flows)
+		lt.logf("scenario %s: %d nodes x %d flows, reports of %d bytes, %d rounds encoded", sc.label(lt.cfg), sc.nodes, sc.flows, p.size(), p.rounds)
+		res := scenarioResult{scenario: sc}
+		for i := range lt.cfg.runs {
+			r, err := lt.runOnce(ctx, sc, p, i)
+			if err != nil {
+				results = append(results, res)
+				return results, fmt.Errorf("scenario %s, run %d: %w", sc.name, i+1, err)
+			}
+			res.runs = append(res.runs, r)
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// runOnce runs scenario sc once, with a fresh worker.
+func (lt *loadTest) runOnce(ctx context.Context, sc scenario, p *payloads, i int) (r runResult, err error) {
+	if err := lt.waitQuiet(ctx); err != nil {
+		return r, err
+	}
+	if sc.kind == kindFlood {
+		raw, err := measureRaw(ctx, lt.nats, lt.natsURL, p, lt.cfg.duration)
+		if err != nil {
+			return r, err
+		}
+		r.raw = &raw
+	}
+	w, err := startWorker(ctx, lt.bins.worker, lt.natsURL)
+	if err != nil {
+		return r, err
+	}
+	defer func() {
+		if problems := w.logProblems(3); len(problems) > 0 {
+			lt.logf("  worker warnings: %s", strings.Join(problems, "\n                   "))
+		}
+		err = errors.Join(err, w.stop(syscall.SIGTERM))
+	}()
+	o := ingestOptions{duration: lt.cfg.duration, ackClients: lt.cfg.ackClients, perfFile: perfFile(lt.cfg.perfDir, sc.name, i)}
+	switch sc.kind {
+	case kindHold:
+		h, err := measureHold(ctx, w, lt.natsURL, p, holdRounds)
+		if err != nil {
+			return r, err
+		}
+		r.hold = &h
+		get := fmt.Sprintf("get returned %d bytes", h.aggBytes)
+		if h.getError != "" {
+			get = "get answered " + h.getError
+		}
+		lt.logf("  run %d: VmRSS %s, VmHWM %s, Go heap in use %s; %s", i+1, mb(h.mem.rss), mb(h.mem.peak), mb(h.heap), get)
+		return r, nil
+	case kindGet:
+		o.rate, o.gets, o.getInterval = lt.cfg.getLoadRate, true, lt.cfg.getInterval
+	}
+	ing, err := measureIngest(ctx, w, lt.nats, lt.natsURL, p, o)
+	if err != nil {
+		return r, err
+	}
+	r.ingest = &ing
+	lt.logRun(i, r)
+	return r, nil
+}
+
+// quietShare is the share of the machine that other processes may use when
+// a run starts, if they calm down within --quiet-wait.
+const quietShare = 0.25
+
+// waitQuiet waits up to --quiet-wait for half a second in which processes
+// outside the test use less than quietShare of the machine's CPU.
+func (lt *loadTest) waitQuiet(ctx context.Context) error {
+	if lt.cfg.quietWait <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(lt.cfg.quietWait)
+	for {
+		u0, err := readUsage(0, lt.nats.pid())
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		u1, err := readUsage(0, lt.nats.pid())
+		if err != nil {
+			return err
+		}
+		share := u1.sub(u0).othersShare()
+		if share < quietShare {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			lt.logf("  other processes use %.0f%% of the machine after waiting %v; measuring anyway", 100*share, lt.cfg.quietWait)
+			return nil
+		}
+	}
+}
+
+// logRun prints one run's numbers to the progress log.
+func (lt *loadTest) logRun(i int, r runResult) {
+	ing := r.ingest
+	var b strings.Builder
+	fmt.Fprintf(&b, "  run %d:", i+1)
+	if r.raw != nil {
+		fmt.Fprintf(&b, " raw %s/s (%s in %s, dropped %d; %s);", count(r.raw.rate()), count(float64(r.raw.counted)), secs(r.raw.elapsed), r.raw.dropped, shares(r.raw.usage, r.raw.elapsed))
+	}
+	c := ing.counts
+	fmt.Fprintf(&b, " worker %s/s applied (%s published, %s applied, %s dropped, %d rejected in %s)",
+		count(ing.rate()), count(float64(ing.published)), count(float64(c.applied)), count(float64(c.dropped)), c.rejected, secs(ing.elapsed))
+	if r.raw != nil {
+		fmt.Fprintf(&b, " = %.2fx raw", ing.rate()/r.raw.rate())
+	}
+	fmt.Fprintf(&b, "; CPU %s = %.2f µs/report; %s; ack p50 %s p99 %s (n=%d, errors %d)",
+		secs(ing.cpu), ing.cpuPerReport(), shares(ing.usage, ing.elapsed), dur(ing.side.ack.quantile(0.5)), dur(ing.side.ack.quantile(0.99)),
+		ing.side.ack.count(), ing.side.ackErrors.Load())
+	if n := ing.side.get.count(); n > 0 || ing.side.getErrors.Load() > 0 {
+		fmt.Fprintf(&b, "; get p50 %s p99 %s (n=%d, errors %d, %d bytes)", dur(ing.side.get.quantile(0.5)),
+			dur(ing.side.get.quantile(0.99)), n, ing.side.getErrors.Load(), ing.side.getBytes.Load())
+	}
+	fmt.Fprintf(&b, "; VmRSS %s, VmHWM %s, Go heap in use %s", mb(ing.mem.rss), mb(ing.mem.peak), mb(c.heapInuse))
+	if c.publishErrors > 0 || c.reconnects > 0 || ing.unsynced > 0 {
+		fmt.Fprintf(&b, "; state publish errors %d, reconnects %d, never reached the worker %d", c.publishErrors, c.reconnects, ing.unsynced)
+	}
+	if err := ing.side.err(); err != nil {
+		fmt.Fprintf(&b, "; first side error: %v", err)
+	}
+	lt.logf("%s", b.String())
+}
+
+func (lt *loadTest) logf(format string, args ...any) {
+	fmt.Fprintf(lt.log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// shares describes the CPU used during a measurement of d: by the worker,
+// nats-server and this program, in % of one CPU, and by other processes, in %
+// of the machine.
+func shares(u usage, d time.Duration) string {
+	pct := func(t time.Duration) float64 { return 100 * t.Seconds() / d.Seconds() }
+	s := ""
+	if u.worker > 0 {
+		s = fmt.Sprintf("worker %.0f%%, ", pct(u.worker))
+	}
+	return s + fmt.Sprintf("nats-server %.0f%%, loadtest %.0f%%, others %.0f%% of the machine", pct(u.nats), pct(u.self), 100*u.othersShare())
+}

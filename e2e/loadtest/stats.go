@@ -1,0 +1,72 @@
+package main
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// latencies collects durations; it is safe for concurrent use.
+type latencies struct {
+	mu sync.Mutex // guards d
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
+}
+
+// quantile returns the nearest-rank q-quantile (0 < q ≤ 1); 0 when empty.
+func (l *latencies) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	rank := int(q*float64(len(l.d)) + 0.999999)
+	return l.d[min(max(rank, 1), len(l.d))-1]
+}
+
+// spread is the median and range of one metric over the runs of a
+// scenario; n is 0 when no run measured it.
+type spread struct {
+	med, min, max float64
+	n             int
+}
+
+// spreadOf returns the spread of xs, skipping NaN (not measured).
+func spreadOf(xs []float64) spread {
+	var v []float64
+	for _, x := range xs {
+		if x == x {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return spread{}
+	}
+	slices.Sort(v)
+	med := v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return spread{med: med, min: v[0], max: v[len(v)-1], n: len(v)}
+}
+
+// over returns the spread of f over runs.
+func over[T any](runs []T, f func(T) float64) spread {
+	xs := make([]float64, len(runs))
+	for i, r := range runs {
+		xs[i] = f(r)
+	}
+	return spreadOf(xs)
+}

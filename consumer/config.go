@@ -19,7 +19,7 @@ const (
 	// messages (a slow consumer) instead of blocking the connection; each
 	// node's next report heals the state.
 	DefaultPendingMsgs  = 1 << 20
-	DefaultPendingBytes = 256 << 20
+	DefaultPendingBytes = 64 << 20
 )
 
 // ServiceName is the NATS micro service name the worker registers.

@@ -17,37 +17,38 @@ import (
 // accepts application/json.
 func (w *Worker) handleGet(req micro.Request) {
 	asJSON := wantsJSON(req.Headers().Get(HeaderAccept))
-	body, v, err := w.encoded(context.Background(), asJSON)
-	if err != nil {
-		w.stats.getErrors.Add(1)
-		vd := judge(err)
-		w.log.Error("get failed", "subject", req.Subject(), "err", err)
-		_ = req.Error(fmt.Sprint(vd.code), "state unavailable: "+vd.reason, nil)
-		return
-	}
-	h := versionHeader(v)
-	if asJSON {
-		h.Set(HeaderContentType, ContentTypeJSON)
-	} else {
-		h.Set(HeaderContentType, ContentTypeMsgpack)
-	}
-	if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
-		err = nats.ErrMaxPayload
-	} else {
-		err = req.Respond(body, micro.WithHeaders(micro.Headers(h)))
-	}
+	var size int
+	err := w.withEncoded(context.Background(), asJSON, func(body []byte, v flowstate.Version) error {
+		h := versionHeader(v)
+		if asJSON {
+			h.Set(HeaderContentType, ContentTypeJSON)
+		} else {
+			h.Set(HeaderContentType, ContentTypeMsgpack)
+		}
+		size = len(body)
+		if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
+			return nats.ErrMaxPayload
+		}
+		// Respond copies body into the connection's buffer, so the cache
+		// may reuse it once this returns.
+		return req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+	})
 	switch {
 	case err == nil:
 		w.stats.gets.Add(1)
-		return
-	case errors.Is(err, nats.ErrMaxPayload):
+	case errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, errTooLarge):
 		w.stats.getErrors.Add(1)
-		reason := fmt.Sprintf("aggregate of %d bytes exceeds the connection's max payload of %d bytes", len(body), w.nc.MaxPayload())
+		reason := fmt.Sprintf("aggregate of %d bytes exceeds the connection's max payload of %d bytes", size, w.nc.MaxPayload())
 		w.logThrottled(errorLevel, "get answered 413", "subject", req.Subject(), "err", reason)
 		_ = req.Error("413", reason, nil)
-	default:
+	case errors.Is(err, micro.ErrRespond):
 		w.stats.getErrors.Add(1)
 		w.logThrottled(errorLevel, "get reply failed", "subject", req.Subject(), "err", err)
+	default:
+		w.stats.getErrors.Add(1)
+		vd := judge(err)
+		w.logThrottled(errorLevel, "get failed", "subject", req.Subject(), "err", err)
+		_ = req.Error(fmt.Sprint(vd.code), "state unavailable: "+vd.reason, nil)
 	}
 }
 
@@ -60,12 +61,19 @@ func wantsJSON(accept string) bool {
 	return err == nil && mt == ContentTypeJSON
 }
 
-// encoded returns the current aggregate in the asked encoding with its
-// version, encoding it at most once per version and format.
-func (w *Worker) encoded(ctx context.Context, asJSON bool) ([]byte, flowstate.Version, error) {
+// errTooLarge is returned by withEncoded when the msgpack aggregate cannot
+// fit the connection's max payload: it is not even encoded.
+var errTooLarge = errors.New("consumer: aggregate exceeds the max payload")
+
+// withEncoded calls fn with the current aggregate in the asked encoding and
+// its version. Each version is snapshotted and encoded at most once per
+// format, into buffers reused across versions; fn runs under the cache's
+// lock and must not keep body. A msgpack aggregate larger than the max
+// payload is not encoded: withEncoded returns errTooLarge.
+func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []byte, v flowstate.Version) error) error {
 	v, err := w.mgr.Version(ctx)
 	if err != nil {
-		return nil, flowstate.Version{}, err
+		return err
 	}
 	w.cacheMu.Lock()
 	defer w.cacheMu.Unlock()
@@ -73,20 +81,26 @@ func (w *Worker) encoded(ctx context.Context, asJSON bool) ([]byte, flowstate.Ve
 	if !c.valid || c.version != v {
 		s, err := w.mgr.Snapshot(ctx, c.flows)
 		if err != nil {
-			return nil, flowstate.Version{}, err
+			return err
 		}
-		*c = encoding{valid: true, version: s.Version, flows: s.Flows}
+		c.valid, c.version, c.flows = true, s.Version, s.Flows
+		c.hasMsgpack, c.hasJSON = false, false
 	}
 	if asJSON {
-		if c.json == nil {
-			c.json = flowstate.AppendJSON(nil, c.flows)
+		if !c.hasJSON {
+			c.json = flowstate.AppendJSON(c.json[:0], c.flows)
+			c.hasJSON = true
 		}
-		return c.json, c.version, nil
+		return fn(c.json, c.version)
 	}
-	if c.msgpack == nil {
-		c.msgpack = codec.AppendAggregate(nil, c.flows)
+	if !c.hasMsgpack {
+		if int64(codec.AggregateLen(c.flows)) > w.nc.MaxPayload() {
+			return errTooLarge
+		}
+		c.msgpack = codec.AppendAggregate(c.msgpack[:0], c.flows)
+		c.hasMsgpack = true
 	}
-	return c.msgpack, c.version, nil
+	return fn(c.msgpack, c.version)
 }
 
 // headerSize is the size of h on the wire, which counts against the

@@ -104,37 +104,37 @@ func (w *Worker) publishState() {
 	if err := w.mgr.Flush(ctx); err != nil {
 		w.log.Error("aggregate key write failed", slog.Any("err", err))
 	}
-	body, v, err := w.encoded(ctx, false)
+	err := w.withEncoded(ctx, false, func(body []byte, v flowstate.Version) error {
+		if v == w.lastPublished {
+			return nil
+		}
+		h := versionHeader(v)
+		h.Set(HeaderContentType, ContentTypeMsgpack)
+		if err := w.nc.PublishMsg(&nats.Msg{Subject: w.stateSubject, Header: h, Data: body}); err != nil {
+			return err
+		}
+		w.lastPublished = v
+		w.stats.published.Add(1)
+		return nil
+	})
 	if err != nil {
 		w.stats.publishErrors.Add(1)
-		w.log.Error("state snapshot failed", slog.Any("err", err))
-		return
-	}
-	if v == w.lastPublished {
-		return
-	}
-	h := versionHeader(v)
-	h.Set(HeaderContentType, ContentTypeMsgpack)
-	err = w.nc.PublishMsg(&nats.Msg{Subject: w.stateSubject, Header: h, Data: body})
-	if err != nil {
-		w.stats.publishErrors.Add(1)
-		attrs := []any{slog.String("subject", w.stateSubject), slog.Uint64("revision", v.Revision),
-			slog.Int("bytes", len(body)), slog.Any("err", err)}
-		if errors.Is(err, nats.ErrMaxPayload) {
+		attrs := []any{slog.String("subject", w.stateSubject), slog.Any("err", err)}
+		if errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, errTooLarge) {
 			attrs = append(attrs, slog.Int64("max_payload", w.nc.MaxPayload()))
 		}
 		w.logThrottled(slog.LevelError, "state update not published", attrs...)
-		return
 	}
-	w.lastPublished = v
-	w.stats.published.Add(1)
 }
 
 // encoding is the aggregate of one version, encoded on demand.
+// Its buffers are reused from one version to the next.
 type encoding struct {
-	valid   bool
-	version flowstate.Version
-	flows   []flowstate.Flow
-	msgpack []byte // nil until asked for
-	json    []byte // nil until asked for
+	valid      bool
+	version    flowstate.Version
+	flows      []flowstate.Flow
+	msgpack    []byte
+	hasMsgpack bool // msgpack holds this version
+	json       []byte
+	hasJSON    bool // json holds this version
 }

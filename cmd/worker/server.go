@@ -9,6 +9,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// embeddedMaxPayload is the max payload of the embedded server.
+const embeddedMaxPayload = 8 << 20
+
 // startEmbedded starts an in-process NATS server listening on listen
 // (host:port; port 0 picks a free port) and waits until it takes
 // connections.
@@ -32,6 +35,10 @@ func startEmbedded(listen string) (*server.Server, error) {
 		Port:   port,
 		NoSigs: true, // the worker handles signals and drains first
 		NoLog:  true,
+		// The aggregate grows by about 32 bytes a flow (JSON: 70); 8 MiB
+		// holds some 100,000 flows where NATS's default 1 MiB stops near
+		// 30,000. An external server's max_payload is its operator's.
+		MaxPayload: embeddedMaxPayload,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)

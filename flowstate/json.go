@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 )
 
@@ -66,69 +67,71 @@ func (v FlowStateValue) Encode() []byte {
 	return AppendJSON(nil, v.Flows())
 }
 
-// jsonValue is the shape DecodeValue accepts. Flow ids stay strings so that
-// they can be checked one by one; numbers stay json.Number so that their range
-// is checked exactly.
-type jsonValue struct {
-	StateSize       *map[string]json.Number `json:"state_size"`
-	LastExecTimeMap *map[string]json.Number `json:"last_exec_time_map"`
-	StartTimeMap    map[string]json.Number  `json:"start_time_map"`
-}
-
 // DecodeValue parses the stored (serde_json) form of a value, as the seed's
-// try_from_raw_value does. As with serde's derive: unknown fields are
-// ignored, start_time_map may be absent (legacy values) and is then empty,
-// state_size and last_exec_time_map are required. Flow ids must be decimal
-// uint32 strings, state sizes uint64 and times int64. Any other input returns
-// an error wrapping ErrInvalidValue.
+// try_from_raw_value does. As with serde's derive: field names match exactly,
+// unknown fields are ignored, start_time_map may be absent (legacy values) and
+// is then empty, state_size and last_exec_time_map are required. Flow ids must
+// be canonical decimal uint32 strings, state sizes uint64 and times int64 JSON
+// integers (not floats, not quoted). Any other input returns an error
+// wrapping ErrInvalidValue.
 func DecodeValue(data []byte) (FlowStateValue, error) {
-	var raw jsonValue
+	// Fields are looked up by exact name: encoding/json would match struct
+	// fields case-insensitively, serde does not.
+	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil {
+	if err := dec.Decode(&fields); err != nil {
 		return FlowStateValue{}, fmt.Errorf("%w: %v", ErrInvalidValue, err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if _, err := dec.Token(); err != io.EOF {
 		return FlowStateValue{}, fmt.Errorf("%w: trailing data after the value", ErrInvalidValue)
 	}
-	if raw.StateSize == nil || *raw.StateSize == nil {
-		return FlowStateValue{}, fmt.Errorf("%w: missing field state_size", ErrInvalidValue)
-	}
-	if raw.LastExecTimeMap == nil || *raw.LastExecTimeMap == nil {
-		return FlowStateValue{}, fmt.Errorf("%w: missing field last_exec_time_map", ErrInvalidValue)
+	var maps [3]map[string]json.RawMessage
+	for i, name := range [3]string{"state_size", "last_exec_time_map", "start_time_map"} {
+		raw, ok := fields[name]
+		if !ok {
+			if name == "start_time_map" {
+				continue // #[serde(default)]
+			}
+			return FlowStateValue{}, fmt.Errorf("%w: missing field %s", ErrInvalidValue, name)
+		}
+		// Values stay raw so that a quoted number is rejected, as serde
+		// does, and ranges are checked exactly.
+		if err := json.Unmarshal(raw, &maps[i]); err != nil || maps[i] == nil {
+			return FlowStateValue{}, fmt.Errorf("%w: %s is not a map of flow id to integer", ErrInvalidValue, name)
+		}
 	}
 	v := FlowStateValue{
-		StateSize:       make(map[FlowID]uint64, len(*raw.StateSize)),
-		LastExecTimeMap: make(map[FlowID]int64, len(*raw.LastExecTimeMap)),
-		StartTimeMap:    make(map[FlowID]int64, len(raw.StartTimeMap)),
+		StateSize:       make(map[FlowID]uint64, len(maps[0])),
+		LastExecTimeMap: make(map[FlowID]int64, len(maps[1])),
+		StartTimeMap:    make(map[FlowID]int64, len(maps[2])),
 	}
-	for k, n := range *raw.StateSize {
+	for k, n := range maps[0] {
 		id, err := parseJSONFlowID("state_size", k)
 		if err != nil {
 			return FlowStateValue{}, err
 		}
-		s, err := strconv.ParseUint(n.String(), 10, 64)
+		s, err := strconv.ParseUint(string(n), 10, 64)
 		if err != nil {
-			return FlowStateValue{}, fmt.Errorf("%w: state_size[%q]: %q is not an unsigned 64-bit integer", ErrInvalidValue, k, n)
+			return FlowStateValue{}, fmt.Errorf("%w: state_size[%q]: %s is not an unsigned 64-bit integer", ErrInvalidValue, k, n)
 		}
 		v.StateSize[id] = s
 	}
 	for _, m := range []struct {
 		field string
-		src   map[string]json.Number
+		src   map[string]json.RawMessage
 		dst   map[FlowID]int64
 	}{
-		{"last_exec_time_map", *raw.LastExecTimeMap, v.LastExecTimeMap},
-		{"start_time_map", raw.StartTimeMap, v.StartTimeMap},
+		{"last_exec_time_map", maps[1], v.LastExecTimeMap},
+		{"start_time_map", maps[2], v.StartTimeMap},
 	} {
 		for k, n := range m.src {
 			id, err := parseJSONFlowID(m.field, k)
 			if err != nil {
 				return FlowStateValue{}, err
 			}
-			t, err := strconv.ParseInt(n.String(), 10, 64)
+			t, err := strconv.ParseInt(string(n), 10, 64)
 			if err != nil {
-				return FlowStateValue{}, fmt.Errorf("%w: %s[%q]: %q is not a signed 64-bit integer", ErrInvalidValue, m.field, k, n)
+				return FlowStateValue{}, fmt.Errorf("%w: %s[%q]: %s is not a signed 64-bit integer", ErrInvalidValue, m.field, k, n)
 			}
 			m.dst[id] = t
 		}
@@ -136,9 +139,11 @@ func DecodeValue(data []byte) (FlowStateValue, error) {
 	return v, nil
 }
 
+// parseJSONFlowID parses a flow id map key as serde_json does: a JSON
+// integer in a string, so no sign and no leading zero.
 func parseJSONFlowID(field, k string) (FlowID, error) {
 	id, err := strconv.ParseUint(k, 10, 32)
-	if err != nil {
+	if err != nil || (len(k) > 1 && k[0] == '0') {
 		return 0, fmt.Errorf("%w: %s: flow id %q is not an unsigned 32-bit integer", ErrInvalidValue, field, k)
 	}
 	return FlowID(id), nil

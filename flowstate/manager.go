@@ -71,22 +71,28 @@ type Manager struct {
 
 	// Scratch space reused by Merge so that a steady stream of reports does
 	// not allocate.
-	buf   []byte
-	spare []Flow
-	index map[FlowID]int
+	buf       []byte
+	spare     []Flow
+	spareAggs []*aggFlow
+	agg       []Flow // the aggregate being written by flushLocked; never a node's report
+	index     map[FlowID]int
 }
 
 // node is one node's last report.
 type node struct {
 	key   string
-	flows []Flow // sorted by ID, only flows with at least one field
+	flows []Flow     // sorted by ID, only flows with at least one field
+	aggs  []*aggFlow // aggs[i] is the entry of flows[i] in Manager.flows
 }
 
 // aggFlow is one flow of the aggregate: every node's contribution to it, and
 // their per-field max.
 type aggFlow struct {
-	agg      Flow
-	contribs []contrib // usually one: a flow runs on one flownode
+	agg Flow
+	// contribs is usually one (a flow runs on one flownode), held in first
+	// so that it shares agg's memory.
+	contribs []contrib
+	first    [1]contrib
 }
 
 type contrib struct {
@@ -155,9 +161,14 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 		n = &node{key: key}
 		m.nodes[nodeID] = n
 	}
-	changed := m.applyLocked(nodeID, n.flows, incoming)
+	changed := m.applyLocked(nodeID, n, incoming)
 	if m.override != nil {
 		m.override = nil
+		changed = true
+	}
+	if m.rev == 0 {
+		// The epoch's first report creates the aggregate, even an empty one:
+		// the seed's get turns from None to Some and its key is written.
 		changed = true
 	}
 	// Keep the report, and keep the old slice's memory as the next spare.
@@ -175,33 +186,39 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	return res, nil
 }
 
-// applyLocked moves node's contributions from old to incoming (both sorted
-// by ID) and reports whether the aggregate changed. It touches only the flows
-// of the two reports.
-func (m *Manager) applyLocked(nodeID uint64, old, incoming []Flow) bool {
+// applyLocked moves node n's contributions from its last report, n.flows, to
+// incoming (both sorted by ID), sets n.aggs to match incoming and reports
+// whether the aggregate changed. It touches only the flows of the two
+// reports, and looks up in m.flows only those that n did not report before.
+func (m *Manager) applyLocked(nodeID uint64, n *node, incoming []Flow) bool {
+	old := n.flows
+	aggs := m.spareAggs[:0]
 	changed := false
 	i, j := 0, 0
 	for i < len(old) || j < len(incoming) {
 		switch {
 		case j == len(incoming) || (i < len(old) && old[i].ID < incoming[j].ID):
-			changed = m.removeLocked(nodeID, old[i].ID) || changed
+			changed = m.removeLocked(nodeID, n.aggs[i]) || changed
 			i++
 		default:
+			var a *aggFlow
 			if i < len(old) && old[i].ID == incoming[j].ID {
+				a = n.aggs[i]
 				i++
 			}
-			changed = m.upsertLocked(nodeID, incoming[j]) || changed
+			a, c := m.upsertLocked(nodeID, a, incoming[j])
+			aggs = append(aggs, a)
+			changed = c || changed
 			j++
 		}
 	}
+	clear(n.aggs) // do not keep removed entries alive
+	n.aggs, m.spareAggs = aggs, n.aggs[:0]
 	return changed
 }
 
-func (m *Manager) removeLocked(nodeID uint64, id FlowID) bool {
-	a := m.flows[id]
-	if a == nil {
-		return false
-	}
+// removeLocked removes node's contribution to a.
+func (m *Manager) removeLocked(nodeID uint64, a *aggFlow) bool {
 	for k := range a.contribs {
 		if a.contribs[k].node == nodeID {
 			a.contribs = slices.Delete(a.contribs, k, k+1)
@@ -209,20 +226,26 @@ func (m *Manager) removeLocked(nodeID uint64, id FlowID) bool {
 		}
 	}
 	if len(a.contribs) == 0 {
-		delete(m.flows, id)
+		delete(m.flows, a.agg.ID)
 		m.order = nil
 		return true
 	}
 	return a.recompute()
 }
 
-func (m *Manager) upsertLocked(nodeID uint64, f Flow) bool {
-	a := m.flows[f.ID]
+// upsertLocked sets node's contribution to flow f.ID to f and returns the
+// flow's entry. a is that entry if the caller knows it, or nil.
+func (m *Manager) upsertLocked(nodeID uint64, a *aggFlow, f Flow) (*aggFlow, bool) {
 	if a == nil {
-		a = &aggFlow{agg: f, contribs: []contrib{{node: nodeID, flow: f}}}
+		a = m.flows[f.ID]
+	}
+	if a == nil {
+		a = &aggFlow{agg: f}
+		a.first[0] = contrib{node: nodeID, flow: f}
+		a.contribs = a.first[:1:1]
 		m.flows[f.ID] = a
 		m.order = nil
-		return true
+		return a, true
 	}
 	found := false
 	for k := range a.contribs {
@@ -235,7 +258,7 @@ func (m *Manager) upsertLocked(nodeID uint64, f Flow) bool {
 	if !found {
 		a.contribs = append(a.contribs, contrib{node: nodeID, flow: f})
 	}
-	return a.recompute()
+	return a, a.recompute()
 }
 
 // recompute sets a.agg to the per-field max over a's contributions and
@@ -316,9 +339,8 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 	if !m.dirty {
 		return nil
 	}
-	flows := m.appendAggregateLocked(m.spare[:0])
-	m.buf = AppendJSON(m.buf[:0], flows)
-	m.spare = flows[:0]
+	m.agg = m.appendAggregateLocked(m.agg[:0])
+	m.buf = AppendJSON(m.buf[:0], m.agg)
 	rev, err := m.store.Put(ctx, StateKey, m.buf)
 	if err != nil {
 		return fmt.Errorf("flowstate: store aggregate: %w", err)
@@ -343,6 +365,9 @@ func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	flows := v.Flows()
+	if flows == nil {
+		flows = []Flow{} // an empty value overrides too: override == nil means none
+	}
 	rev, err := m.store.Put(ctx, StateKey, AppendJSON(nil, flows))
 	if err != nil {
 		return Version{}, fmt.Errorf("flowstate: store aggregate: %w", err)

@@ -1,0 +1,5 @@
+//go:build race
+
+package flowstate_test
+
+const raceEnabled = true

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"flowstate/kv"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	// flow.state updates. Get, Snapshot and Merge results are current either
 	// way.
 	DeferAggregateWrite bool
+	// Now tells the time of a report, for Nodes and EvictSilent; nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Manager keeps the aggregate of every node's last report. See the package
@@ -81,6 +85,7 @@ type Manager struct {
 // node is one node's last report.
 type node struct {
 	key   string
+	seen  time.Time  // when its last report was applied
 	flows []Flow     // sorted by ID, only flows with at least one field
 	aggs  []*aggFlow // aggs[i] is the entry of flows[i] in Manager.flows
 }
@@ -102,6 +107,9 @@ type contrib struct {
 
 // NewManager returns a Manager that keeps its keys in store.
 func NewManager(store kv.Store, opts Options) *Manager {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Manager{
 		store: store,
 		opts:  opts,
@@ -173,6 +181,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	}
 	// Keep the report, and keep the old slice's memory as the next spare.
 	n.flows, m.spare = incoming, n.flows[:0]
+	n.seen = m.opts.Now()
 	m.rev = rev.Seq
 	if changed {
 		m.dirty = true

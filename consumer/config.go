@@ -39,7 +39,13 @@ type Config struct {
 	// DeadLetterSubject, if set, receives every rejected report's body with
 	// the reason in headers (see the Header* constants). Empty: off.
 	DeadLetterSubject string
-	Logger            *slog.Logger // nil: discard
+	// NodeTTL, if positive, evicts a node silent for longer than that, as if
+	// it had sent an empty report. 0: nodes stay until they report again.
+	NodeTTL time.Duration
+	// OnApplied, if set, is called with the time each applied report took
+	// (decode, checks, merge), for metrics.
+	OnApplied func(time.Duration)
+	Logger    *slog.Logger // nil: discard
 }
 
 // withDefaults returns c with its empty fields set.
@@ -78,6 +84,9 @@ func (c Config) Validate() error {
 	}
 	if err := validToken("dead-letter subject", c.DeadLetterSubject, true); err != nil {
 		return err
+	}
+	if c.NodeTTL < 0 {
+		return fmt.Errorf("node TTL %v is negative", c.NodeTTL)
 	}
 	if c.PublishInterval < 0 {
 		return fmt.Errorf("publish interval %v is negative", c.PublishInterval)

@@ -99,6 +99,7 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 		}
 		c.msgpack = codec.AppendAggregate(c.msgpack[:0], c.flows)
 		c.hasMsgpack = true
+		w.stats.aggregateBytes.Store(int64(len(c.msgpack)))
 	}
 	return fn(c.msgpack, c.version)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -15,12 +16,20 @@ import (
 // goroutine, in arrival order.
 func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	w.stats.received.Add(1)
+	var start time.Time
+	if w.cfg.OnApplied != nil {
+		start = time.Now()
+	}
 	res, err := w.apply(msg)
 	if err != nil {
 		w.rejectReport(msg, err)
 		return
 	}
 	w.stats.applied.Add(1)
+	if w.cfg.OnApplied != nil {
+		w.cfg.OnApplied(time.Since(start))
+	}
+	w.noteNodeEpoch(w.report.NodeID, w.report.NodeEpoch, w.report.HasNodeEpoch)
 	if msg.Reply != "" {
 		if err := msg.RespondMsg(&nats.Msg{Header: versionHeader(res.Version)}); err != nil {
 			w.logThrottled(slog.LevelWarn, "ack failed", slog.String("subject", msg.Subject),

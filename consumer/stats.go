@@ -20,6 +20,12 @@ type Stats struct {
 	Gets             uint64 // get requests answered with the aggregate
 	GetErrors        uint64 // get requests answered with an error
 	Dropped          uint64 // heartbeats the client library dropped as a slow consumer
+	Evicted          uint64 // nodes evicted for silence (Config.NodeTTL)
+
+	// The state now.
+	Revision       uint64 // current revision
+	Nodes, Flows   int    // nodes and flows in the aggregate
+	AggregateBytes int    // size of the last msgpack encoding of the aggregate
 }
 
 // counters are a Worker's live Stats.
@@ -27,6 +33,8 @@ type counters struct {
 	received, applied, acked, rejected atomic.Uint64
 	published, publishErrors           atomic.Uint64
 	gets, getErrors                    atomic.Uint64
+	evicted                            atomic.Uint64
+	aggregateBytes                     atomic.Int64
 
 	mu       sync.Mutex // guards byReason
 	byReason map[string]uint64
@@ -59,5 +67,7 @@ func (c *counters) snapshot() Stats {
 		PublishErrors:    c.publishErrors.Load(),
 		Gets:             c.gets.Load(),
 		GetErrors:        c.getErrors.Load(),
+		Evicted:          c.evicted.Load(),
+		AggregateBytes:   int(c.aggregateBytes.Load()),
 	}
 }

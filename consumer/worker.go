@@ -31,6 +31,7 @@ type Worker struct {
 	hbPrefix     string // <prefix>.heartbeat.
 	stateSubject string // <prefix>.state
 	getSubject   string // <prefix>.state.get
+	nodesSubject string // <prefix>.state.nodes
 
 	sub *nats.Subscription
 	svc micro.Service
@@ -45,6 +46,11 @@ type Worker struct {
 
 	cacheMu sync.Mutex // guards cache
 	cache   encoding
+
+	epochsMu sync.Mutex        // guards epochs
+	epochs   map[uint64]uint64 // node_epoch of each node's last report, if it sent one
+
+	evictStop, evictDone chan struct{} // of evictLoop, when NodeTTL is set
 
 	stopped  atomic.Bool // Shutdown has run
 	stats    counters
@@ -70,6 +76,8 @@ func New(nc *nats.Conn, mgr *flowstate.Manager, cfg Config) (*Worker, error) {
 		hbPrefix:     cfg.Prefix + ".heartbeat.",
 		stateSubject: cfg.Prefix + ".state",
 		getSubject:   cfg.Prefix + ".state.get",
+		nodesSubject: cfg.Prefix + ".state.nodes",
+		epochs:       make(map[uint64]uint64),
 		throttle:     newThrottle(20, 1e9),
 	}
 	w.dec.MaxFlows = cfg.MaxFlows
@@ -110,8 +118,20 @@ func (w *Worker) Start() error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("consumer: add get endpoint: %w", err)
 	}
+	if err := svc.AddEndpoint("nodes", micro.HandlerFunc(w.handleNodes),
+		micro.WithEndpointSubject(w.nodesSubject),
+		micro.WithEndpointMetadata(map[string]string{"description": "per-node view: node_id, node_epoch, last_report (unix ms), flows"}),
+	); err != nil {
+		_ = svc.Stop()
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("consumer: add nodes endpoint: %w", err)
+	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
+	if w.cfg.NodeTTL > 0 {
+		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
+		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)
+	}
 	if w.nc.IsConnected() {
 		// Make sure the server has the subscriptions before Start returns,
 		// so that a report sent next finds the worker.
@@ -143,6 +163,10 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("drain heartbeats: %w", ctx.Err()))
 		}
 	}
+	if w.evictStop != nil {
+		close(w.evictStop)
+		<-w.evictDone
+	}
 	w.pub.close()
 	if err := w.svc.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop service: %w", err))
@@ -151,9 +175,30 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Stats returns what the worker has counted so far.
+// Ready reports why the worker cannot serve, or nil: it must be started
+// and not shut down, its subscription live and its connection up.
+func (w *Worker) Ready() error {
+	switch {
+	case w.sub == nil:
+		return errors.New("not started")
+	case w.stopped.Load():
+		return errors.New("shut down")
+	case !w.sub.IsValid():
+		return errors.New("heartbeat subscription closed")
+	case !w.nc.IsConnected():
+		return errors.New("NATS not connected")
+	}
+	return nil
+}
+
+// Stats returns what the worker has counted so far, and the size of the
+// state now.
 func (w *Worker) Stats() Stats {
 	s := w.stats.snapshot()
+	s.Nodes, s.Flows = w.mgr.Size()
+	if v, err := w.mgr.Version(context.Background()); err == nil {
+		s.Revision = v.Revision
+	}
 	if w.sub != nil {
 		if n, err := w.sub.Dropped(); err == nil {
 			s.Dropped = uint64(n)

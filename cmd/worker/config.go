@@ -38,6 +38,7 @@ type Config struct {
 	TLSKey   string
 
 	DeadLetterSubject string
+	NodeTTL           time.Duration
 	LogLevel          string
 }
 
@@ -85,6 +86,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	str(&c.TLSCert, "tls-cert", "client certificate file for NATS TLS")
 	str(&c.TLSKey, "tls-key", "client key file for NATS TLS")
 	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports here, with the reason in headers (empty: off)")
+	fs.DurationVar(&c.NodeTTL, "node-ttl", 0, "evict a node silent for longer than this, as if it had sent an empty report (0: never)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	useTokenEnv := false
 	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(v string) error {
@@ -215,5 +217,6 @@ func (c Config) consumerConfig() consumer.Config {
 		PublishInterval:   c.PublishInterval,
 		MaxFlows:          c.MaxFlows,
 		DeadLetterSubject: c.DeadLetterSubject,
+		NodeTTL:           c.NodeTTL,
 	}
 }

@@ -90,6 +90,7 @@ type Main struct {
 	store  kv.Store
 
 	stopMetrics func()
+	metricsAddr string      // where metrics are served, once Run has started them
 	closing     atomic.Bool // Close has begun
 	connected   atomic.Bool // the connection has been up at least once
 }
@@ -115,6 +116,10 @@ func (m *Main) Run() error {
 	mgr := flowstate.NewManager(m.store, flowstate.Options{DeferAggregateWrite: m.Config.PublishInterval > 0})
 	ccfg := m.Config.consumerConfig()
 	ccfg.Version, ccfg.Logger = version, m.Log
+	latency := newMergeLatency()
+	if m.Config.MetricsAddr != "" {
+		ccfg.OnApplied = func(d time.Duration) { latency.Observe(d.Seconds()) }
+	}
 	w, err := consumer.New(nc, mgr, ccfg)
 	if err != nil {
 		return err
@@ -124,11 +129,11 @@ func (m *Main) Run() error {
 	}
 	m.worker = w
 	if m.Config.MetricsAddr != "" {
-		stop, err := serveMetrics(context.Background(), m.Config.MetricsAddr, w, nc, m.Log)
+		stop, addr, err := serveMetrics(context.Background(), m.Config.MetricsAddr, w, nc, latency, m.Log)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
-		m.stopMetrics = stop
+		m.stopMetrics, m.metricsAddr = stop, addr
 	}
 	epoch, _ := m.store.Epoch(context.Background())
 	m.Log.Info("serving", slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV), slog.String("epoch", epoch))

@@ -27,6 +27,8 @@ type statsCollector struct {
 	published, publishErrors           *prometheus.Desc
 	gets, getErrors, dropped           *prometheus.Desc
 	connected, reconnects, info        *prometheus.Desc
+	evicted, revision, nodes, flows    *prometheus.Desc
+	aggregateBytes                     *prometheus.Desc
 }
 
 func newStatsCollector(w *consumer.Worker, nc *nats.Conn) *statsCollector {
@@ -34,20 +36,25 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn) *statsCollector {
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
 	return &statsCollector{
-		worker:        w,
-		nc:            nc,
-		received:      d("reports_received_total", "Heartbeat messages taken from the subscription."),
-		applied:       d("reports_applied_total", "Reports merged into the state."),
-		acked:         d("acks_total", "Acknowledgements sent for reports sent as requests."),
-		rejected:      d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
-		published:     d("publishes_total", "Aggregates published on the state subject."),
-		publishErrors: d("publish_errors_total", "Aggregates that could not be published."),
-		gets:          d("gets_total", "Get requests answered with the aggregate."),
-		getErrors:     d("get_errors_total", "Get requests answered with an error."),
-		dropped:       d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
-		connected:     d("nats_connected", "1 while the NATS connection is up."),
-		reconnects:    d("nats_reconnects_total", "NATS reconnections."),
-		info:          d("build_info", "The worker's version.", "version"),
+		worker:         w,
+		nc:             nc,
+		received:       d("reports_received_total", "Heartbeat messages taken from the subscription."),
+		applied:        d("reports_applied_total", "Reports merged into the state."),
+		acked:          d("acks_total", "Acknowledgements sent for reports sent as requests."),
+		rejected:       d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
+		published:      d("publishes_total", "Aggregates published on the state subject."),
+		publishErrors:  d("publish_errors_total", "Aggregates that could not be published."),
+		gets:           d("gets_total", "Get requests answered with the aggregate."),
+		getErrors:      d("get_errors_total", "Get requests answered with an error."),
+		dropped:        d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
+		connected:      d("nats_connected", "1 while the NATS connection is up."),
+		reconnects:     d("nats_reconnects_total", "NATS reconnections."),
+		info:           d("build_info", "The worker's version.", "version"),
+		evicted:        d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
+		revision:       d("revision", "Current revision of the state."),
+		nodes:          d("nodes", "Nodes in the aggregate."),
+		flows:          d("flows", "Flows in the aggregate."),
+		aggregateBytes: d("aggregate_bytes", "Size of the last msgpack encoding of the aggregate."),
 	}
 }
 
@@ -78,14 +85,31 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, up)
 	counter(c.reconnects, c.nc.Stats().Reconnects)
 	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, version)
+	counter(c.evicted, s.Evicted)
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	gauge(c.revision, float64(s.Revision))
+	gauge(c.nodes, float64(s.Nodes))
+	gauge(c.flows, float64(s.Flows))
+	gauge(c.aggregateBytes, float64(s.AggregateBytes))
+}
+
+// newMergeLatency is the histogram of the time an applied report takes.
+func newMergeLatency() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "flowstate_merge_seconds",
+		Help:    "Time to decode, check and merge one applied report.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10), // 1 µs .. 262 ms
+	})
 }
 
 // serveMetrics serves /metrics, /healthz (the process runs), /readyz (NATS
 // is connected and the worker serves) and Go's /debug/pprof/ profiles on
 // addr.
-func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats.Conn, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats.Conn, latency prometheus.Histogram, log *slog.Logger) (stop func(), metricsAddr string, err error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newStatsCollector(w, nc), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(newStatsCollector(w, nc), latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -94,15 +118,15 @@ func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		if !nc.IsConnected() {
-			http.Error(rw, "NATS not connected", http.StatusServiceUnavailable)
+		if err := w.Ready(); err != nil {
+			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = rw.Write([]byte("ready\n"))
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -111,9 +135,10 @@ func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats
 		}
 	}()
 	log.Info("metrics listening", slog.String("addr", ln.Addr().String()))
+	metricsAddr = ln.Addr().String()
 	return func() {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
-	}, nil
+	}, metricsAddr, nil
 }

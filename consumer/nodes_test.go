@@ -1,0 +1,83 @@
+package consumer_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"flowstate/codec"
+	"flowstate/consumer"
+	"flowstate/flowstate"
+)
+
+func TestNodesViewListsEachNodeWithEpochTimeAndFlows(t *testing.T) {
+	f := startWorker(t, startServer(t, nil), consumer.Config{PublishInterval: consumer.DefaultPublishInterval})
+	before := time.Now().UnixMilli()
+	ack(t, f.nc, 3, codec.AppendReport(nil, &codec.Report{NodeID: 3, NodeEpoch: 1700000000000, HasNodeEpoch: true,
+		Flows: []flowstate.Flow{flow(1, 1, 1), flow(2, 2, 2)}}))
+	ack(t, f.nc, 1, report(1))
+
+	req := nats.NewMsg("flow.state.nodes")
+	req.Header.Set("Accept", "application/json")
+	msg, err := f.nc.RequestMsg(req, wait)
+	require.NoError(t, err)
+	assert.Equal(t, consumer.ContentTypeJSON, msg.Header.Get(consumer.HeaderContentType))
+	var view []consumer.NodeView
+	require.NoError(t, json.Unmarshal(msg.Data, &view))
+	require.Len(t, view, 2)
+	assert.Equal(t, uint64(1), view[0].NodeID)
+	assert.Nil(t, view[0].NodeEpoch)
+	assert.Equal(t, 0, view[0].Flows)
+	assert.Equal(t, uint64(3), view[1].NodeID)
+	require.NotNil(t, view[1].NodeEpoch)
+	assert.Equal(t, uint64(1700000000000), *view[1].NodeEpoch)
+	assert.Equal(t, 2, view[1].Flows)
+	assert.GreaterOrEqual(t, view[1].LastReport, before)
+
+	msg, err = f.nc.Request("flow.state.nodes", nil, wait)
+	require.NoError(t, err)
+	assert.Equal(t, consumer.ContentTypeMsgpack, msg.Header.Get(consumer.HeaderContentType))
+	var packed []consumer.NodeView
+	require.NoError(t, msgpack.Unmarshal(msg.Data, &packed))
+	assert.Equal(t, view, packed)
+}
+
+func TestSilentNodeIsEvictedAfterTheTTL(t *testing.T) {
+	f := startWorker(t, startServer(t, nil), consumer.Config{PublishInterval: 0, NodeTTL: 100 * time.Millisecond})
+	updates, err := f.nc.SubscribeSync("flow.state")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
+	rev := ack(t, f.nc, 1, report(1, flow(1, 5, 5)))
+
+	// The update of the report, then the eviction's: the aggregate empties.
+	var last *nats.Msg
+	for range 2 {
+		last, err = updates.NextMsg(wait)
+		require.NoError(t, err, "no eviction update")
+	}
+	v, err := codec.DecodeAggregate(last.Data)
+	require.NoError(t, err)
+	assert.True(t, v.IsEmpty())
+	_, getRev, _ := get(t, f.nc, false)
+	assert.Greater(t, getRev, rev)
+	assert.EqualValues(t, 1, f.worker.Stats().Evicted)
+	assert.NotContains(t, f.store.Dump(), flowstate.NodeKey(1))
+}
+
+func TestStatsReportTheStateAndReadiness(t *testing.T) {
+	f := startWorker(t, startServer(t, nil), consumer.Config{PublishInterval: consumer.DefaultPublishInterval})
+	require.NoError(t, f.worker.Ready())
+	rev := ack(t, f.nc, 1, report(1, flow(1, 5, 5), flow(2, 5, 5)))
+	get(t, f.nc, false)
+	s := f.worker.Stats()
+	assert.Equal(t, rev, s.Revision)
+	assert.Equal(t, 1, s.Nodes)
+	assert.Equal(t, 2, s.Flows)
+	assert.NotZero(t, s.AggregateBytes)
+	assert.EqualValues(t, 1, s.Applied)
+}

@@ -62,6 +62,12 @@ type Manager struct {
 	store kv.Store
 	opts  Options
 
+	// flushMu serialises the writes of the aggregate key that Flush makes
+	// outside mu, and guards flushFlows and flushBuf. Taken before mu.
+	flushMu    sync.Mutex
+	flushFlows []Flow
+	flushBuf   []byte
+
 	// mu serialises every operation, as the seed's merge lock does, and
 	// guards all fields below.
 	mu       sync.Mutex
@@ -337,11 +343,43 @@ func (m *Manager) appendAggregateLocked(dst []Flow) []Flow {
 
 // Flush writes the aggregate under StateKey if it has changed since it was
 // last written. With Options.DeferAggregateWrite unset, Merge has already
-// done so and Flush does nothing.
+// done so and Flush does nothing. With it set, Flush copies the aggregate
+// under the lock but encodes and writes it outside, so that merges do not
+// wait for an encoding that grows with the aggregate.
 func (m *Manager) Flush(ctx context.Context) error {
+	m.flushMu.Lock()
+	defer m.flushMu.Unlock()
+	m.mu.Lock()
+	if !m.dirty || !m.opts.DeferAggregateWrite {
+		defer m.mu.Unlock()
+		return m.flushLocked(ctx)
+	}
+	m.flushFlows = m.appendAggregateLocked(m.flushFlows[:0])
+	epoch := m.epoch
+	m.dirty = false
+	m.mu.Unlock()
+
+	m.flushBuf = AppendJSON(m.flushBuf[:0], m.flushFlows)
+	rev, err := m.store.Put(ctx, StateKey, m.flushBuf)
+
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.flushLocked(ctx)
+	if err != nil {
+		m.dirty = m.dirty || epoch == m.epoch
+		return fmt.Errorf("flowstate: store aggregate: %w", err)
+	}
+	if rev.Epoch != epoch {
+		// The store was cleared after the copy: what was just written
+		// belongs to nobody in the new epoch.
+		if rev.Epoch != m.epoch {
+			m.resetLocked(rev.Epoch)
+		}
+		if _, err := m.store.Delete(ctx, StateKey); err != nil {
+			return fmt.Errorf("%w; removing the stale aggregate failed: %w", ErrStoreCleared, err)
+		}
+		return ErrStoreCleared
+	}
+	return nil
 }
 
 func (m *Manager) flushLocked(ctx context.Context) error {
@@ -371,6 +409,8 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 // seed's put does. The next Merge aggregates the nodes' reports again and
 // replaces it. Put returns the new version.
 func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
+	m.flushMu.Lock() // no Flush may write an older aggregate after this one
+	defer m.flushMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	flows := v.Flows()

@@ -576,3 +576,28 @@ func TestMergeMemoryStaysProportionalToReports(t *testing.T) {
 	t.Logf("live heap: %d bytes", live)
 	assert.Less(t, live, int64(8<<20), "live heap after merging %d nodes × %d flows", nodes, flows)
 }
+
+// TestFlushConcurrentWithMergesEndsOnTheLastAggregate flushes while merges
+// go on (Flush encodes outside the lock): the key written last, after a
+// final Flush, is the aggregate of every merge.
+func TestFlushConcurrentWithMergesEndsOnTheLastAggregate(t *testing.T) {
+	m, store := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			merge(t, m, uint64(i%50), flowstate.FlowStateValue{StateSize: sizes{flowstate.FlowID(i % 50): uint64(i)}})
+		}
+	}()
+	for flushing := true; flushing; {
+		select {
+		case <-done:
+			flushing = false
+		default:
+			require.NoError(t, m.Flush(t.Context()))
+		}
+	}
+	require.NoError(t, m.Flush(t.Context()))
+	v, _ := get(t, m)
+	assert.Equal(t, string(v.Encode()), string(store.Dump()[flowstate.StateKey]))
+}

@@ -18,7 +18,7 @@ const permissionsConf = `authorization {
   users = [
     {user: worker, password: "worker-secret", permissions: {
       publish: {allow: ["flow.state", "_INBOX.>"]}
-      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "$SRV.>"]}
+      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>"]}
     }}
     {user: node7, password: "node7-secret", permissions: {
       publish: {allow: ["flow.heartbeat.7"]}
@@ -95,4 +95,28 @@ func TestPermissionsAndSubjectCheckStopNodeSpoofing(t *testing.T) {
 	default:
 	}
 	assert.Empty(t, linesMatching(w.Stderr(), workerErrorLine), "worker errors: its permissions are enough")
+}
+
+// TestWorkerWithoutHeartbeatPermissionExitsWithAReason shows that a worker
+// the server does not let subscribe to heartbeats does not stay up deaf: it
+// says why and exits 1.
+func TestWorkerWithoutHeartbeatPermissionExitsWithAReason(t *testing.T) {
+	t.Parallel()
+	conf := `authorization {
+  users = [
+    {user: worker, password: "worker-secret", permissions: {
+      publish: {allow: ["flow.state", "_INBOX.>"]}
+      subscribe: {allow: ["flow.state.get", "flow.state.nodes", "$SRV.>"]}
+    }}
+  ]
+}
+`
+	srv := startConfServer(t, "nats", conf, nats.UserInfo("worker", "worker-secret"))
+	w := launchWorker(t, []string{"FLOWSTATE_NATS_PASSWORD=worker-secret"},
+		"--nats-url", srv.URL, "--nats-user", "worker")
+	w.killed = true // it is expected to exit by itself, with 1
+	code, ok := w.p.wait(messageTimeout)
+	require.True(t, ok, "the worker stayed up without its heartbeat subscription")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, w.Stderr(), "refuses the heartbeat subscription")
 }

@@ -18,8 +18,12 @@ import (
 //
 // closing tells the handlers that a disconnection is the worker's own doing;
 // connect sets connected once the connection is up for the first time.
-func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.Bool) (nc *nats.Conn, closed <-chan struct{}, err error) {
+//
+// fatal is called with an error that leaves the worker up but unable to
+// consume: the server refusing its heartbeat subscription.
+func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.Bool, fatal func(error)) (nc *nats.Conn, closed <-chan struct{}, err error) {
 	done := make(chan struct{})
+	heartbeats := c.Prefix + ".heartbeat.*"
 	var lastSlow atomic.Int64 // unix nanos of the last slow-consumer log line
 	var once sync.Once
 	var lastErr struct {
@@ -94,6 +98,11 @@ func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.
 					}
 				}
 				log.Warn("slow consumer: the client library dropped messages; the next report of each node heals the state", attrs...)
+				return
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Subscription to "`+heartbeats+`"`) {
+				// Up but deaf is the worst state: give up loudly instead.
+				fatal(err)
 				return
 			}
 			logOnce("NATS error", err)

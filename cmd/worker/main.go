@@ -66,6 +66,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		log.Error("NATS connection closed unexpectedly")
 		m.Close(context.Background())
 		return 1
+	case err := <-m.fatal:
+		log.Error("cannot consume: the NATS server refuses the heartbeat subscription; check the worker's permissions", slog.Any("err", err))
+		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		m.Close(cctx)
+		return 1
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
@@ -93,6 +99,7 @@ type Main struct {
 	metricsAddr string      // where metrics are served, once Run has started them
 	closing     atomic.Bool // Close has begun
 	connected   atomic.Bool // the connection has been up at least once
+	fatal       chan error  // errors the worker cannot go on with
 }
 
 // Run starts everything and returns once the worker serves.
@@ -107,7 +114,13 @@ func (m *Main) Run() error {
 		url = srv.ClientURL()
 		m.Log.Info("embedded NATS server listening", slog.String("url", url))
 	}
-	nc, closed, err := connect(url, m.Config, m.Log, &m.closing, &m.connected)
+	m.fatal = make(chan error, 1)
+	nc, closed, err := connect(url, m.Config, m.Log, &m.closing, &m.connected, func(err error) {
+		select {
+		case m.fatal <- err:
+		default:
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("NATS connect: %w", err)
 	}

@@ -17,4 +17,13 @@
 // The get endpoint (<prefix>.state.get) is an endpoint of the NATS micro
 // service "flowstate", so $SRV.PING, $SRV.INFO and $SRV.STATS discover it.
 // Gets are served from an encoding cached per state version.
+//
+// With a manager that follows a store shared by several workers
+// (flowstate.Manager.Follow, a JetStream bucket), every worker of the queue
+// group serves the one state: an ack waits until the report is stored and
+// in this worker's state, a get runs the manager's read barrier first (if
+// JetStream cannot answer it, the get serves this worker's state), changes
+// come from the manager (every worker's reports), and only the worker that
+// holds the publisher lease writes the aggregate key and publishes. A report
+// the store cannot take is answered 503 (judge), and nothing is acked.
 package consumer

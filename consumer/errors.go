@@ -6,6 +6,7 @@ import (
 
 	"flowstate/codec"
 	"flowstate/flowstate"
+	"flowstate/kv"
 )
 
 // badReport is a report rejected by the worker itself, after it decoded.
@@ -37,6 +38,10 @@ func judge(err error) verdict {
 		return verdict{code: 400, kind: string(dec.Kind), reason: dec.Error()}
 	case errors.Is(err, flowstate.ErrStoreCleared):
 		return verdict{code: 503, kind: "store", reason: err.Error()}
+	case errors.Is(err, kv.ErrUnavailable):
+		// A shared store that cannot take writes: nothing was acked, the
+		// flownode's next report (or retry) is applied once it is back.
+		return verdict{code: 503, kind: "unavailable", reason: err.Error()}
 	default:
 		return verdict{code: 500, kind: "store", reason: err.Error()}
 	}

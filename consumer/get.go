@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"mime"
 
 	"github.com/nats-io/nats.go"
@@ -17,8 +18,13 @@ import (
 // accepts application/json.
 func (w *Worker) handleGet(req micro.Request) {
 	asJSON := wantsJSON(req.Headers().Get(HeaderAccept))
+	ctx := context.Background()
+	if err := w.mgr.Sync(ctx); err != nil {
+		// A shared store's read barrier failed: serve what this worker has.
+		w.logThrottled(slog.LevelWarn, "get served without a read barrier", slog.String("subject", req.Subject()), slog.Any("err", err))
+	}
 	var size int
-	err := w.withEncoded(context.Background(), asJSON, func(body []byte, v flowstate.Version) error {
+	err := w.withEncoded(ctx, asJSON, func(body []byte, v flowstate.Version) error {
 		h := versionHeader(v)
 		if asJSON {
 			h.Set(HeaderContentType, ContentTypeJSON)
@@ -38,6 +44,10 @@ func (w *Worker) handleGet(req micro.Request) {
 		w.stats.gets.Add(1)
 	case errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, errTooLarge):
 		w.stats.getErrors.Add(1)
+		var tl *tooLargeError
+		if errors.As(err, &tl) {
+			size = tl.size
+		}
 		reason := fmt.Sprintf("aggregate of %d bytes exceeds the connection's max payload of %d bytes", size, w.nc.MaxPayload())
 		w.logThrottled(errorLevel, "get answered 413", "subject", req.Subject(), "err", reason)
 		_ = req.Error("413", reason, nil)
@@ -61,9 +71,18 @@ func wantsJSON(accept string) bool {
 	return err == nil && mt == ContentTypeJSON
 }
 
-// errTooLarge is returned by withEncoded when the msgpack aggregate cannot
-// fit the connection's max payload: it is not even encoded.
+// errTooLarge is wrapped by the error of withEncoded when the msgpack
+// aggregate cannot fit the connection's max payload: it is not even encoded.
 var errTooLarge = errors.New("consumer: aggregate exceeds the max payload")
+
+// tooLargeError says how large the aggregate that was not encoded is.
+type tooLargeError struct{ size int }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("%v: %d bytes", errTooLarge, e.size)
+}
+
+func (e *tooLargeError) Unwrap() error { return errTooLarge }
 
 // withEncoded calls fn with the current aggregate in the asked encoding and
 // its version. Each version is snapshotted and encoded at most once per
@@ -94,8 +113,8 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 		return fn(c.json, c.version)
 	}
 	if !c.hasMsgpack {
-		if int64(codec.AggregateLen(c.flows)) > w.nc.MaxPayload() {
-			return errTooLarge
+		if n := codec.AggregateLen(c.flows); int64(n) > w.nc.MaxPayload() {
+			return &tooLargeError{size: n}
 		}
 		c.msgpack = codec.AppendAggregate(c.msgpack[:0], c.flows)
 		c.hasMsgpack = true

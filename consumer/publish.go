@@ -101,8 +101,10 @@ func (w *Worker) publishState() {
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
 	ctx := context.Background()
-	if err := w.mgr.Flush(ctx); err != nil {
-		w.log.Error("aggregate key write failed", slog.Any("err", err))
+	if err := w.mgr.Flush(ctx); errors.Is(err, flowstate.ErrNotPublisher) {
+		return // another worker of a shared store publishes
+	} else if err != nil {
+		w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
 	}
 	err := w.withEncoded(ctx, false, func(body []byte, v flowstate.Version) error {
 		if v == w.lastPublished {

@@ -37,6 +37,8 @@ type Worker struct {
 	svc micro.Service
 	pub *coalescer
 
+	fwdStop, fwdDone chan struct{} // forwardChanges (follow.go); nil if not running
+
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
 	report codec.Report
@@ -128,6 +130,7 @@ func (w *Worker) Start() error {
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
+	w.forwardChanges()
 	if w.cfg.NodeTTL > 0 {
 		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
 		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)
@@ -167,6 +170,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		close(w.evictStop)
 		<-w.evictDone
 	}
+	w.stopForwarding()
 	w.pub.close()
 	if err := w.svc.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop service: %w", err))

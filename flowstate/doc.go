@@ -33,6 +33,38 @@
 // merged in the current epoch (the seed's get returning None); the value is
 // then empty.
 //
+// # Following a shared store
+//
+// With a store that several workers share (kv.Shared: a NATS JetStream
+// bucket), a Manager does not aggregate the reports it is given: it follows
+// the store (Manager.Follow). Every worker watches the bucket and applies
+// every node-key write, its own and the others', in the stream's order, to
+// its in-memory aggregate, with the write's sequence number as revision.
+// Workers that have applied the same writes hold the same state at the
+// same revision, whoever wrote them; a restarted worker reads the bucket
+// again and goes on from where it is. A watch that falls behind may skip a
+// write the bucket already replaced; the state it has then is no state the
+// bucket ever had, so the last exact state stays served, at its revision,
+// until the watch has caught up (kv.Event.Exact).
+//
+// Merge writes the node's key and waits until the watch has applied that
+// write: an acknowledged report is stored, and visible at once to a get on
+// the worker that acknowledged it. Reports of different nodes are different
+// keys, so two workers merging at the same moment both land in the stream
+// and every worker applies both: there is no read-modify-write of a shared
+// aggregate, and nothing to lose. A get first runs Sync, a read barrier
+// (the stream's last sequence number, then wait until the watch reaches
+// it), so that it includes every report any worker acknowledged before it
+// was sent, and revisions never go back from one get to the next, whichever
+// worker answers.
+//
+// One worker at a time, the publisher, holds a lease (PublisherKey) that it
+// renews with compare-and-set. Only it writes the aggregate key, fenced on
+// its lease's revision so that the store refuses the write of a worker that
+// lost the lease, and only it publishes; Flush returns ErrNotPublisher on
+// the others. The epoch is the bucket's (see kv.JetStream): a wiped or
+// recreated bucket starts a new one, and every worker starts over with it.
+//
 // # Cost
 //
 // The seed re-reads and re-decodes every node's report on every merge. Here

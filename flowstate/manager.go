@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"flowstate/kv"
@@ -59,8 +60,9 @@ type Options struct {
 // Manager keeps the aggregate of every node's last report. See the package
 // documentation for its rules.
 type Manager struct {
-	store kv.Store
-	opts  Options
+	store  kv.Store
+	opts   Options
+	follow atomic.Pointer[follower] // set by Follow (follow.go)
 
 	// flushMu serialises the writes of the aggregate key that Flush makes
 	// outside mu, and guards flushFlows and flushBuf. Taken before mu.
@@ -131,6 +133,9 @@ func NewManager(store kv.Store, opts Options) *Manager {
 // the aggregate under StateKey before it returns, as the seed does. It does
 // not retain v.
 func (m *Manager) Merge(ctx context.Context, nodeID uint64, v FlowStateValue) (MergeResult, error) {
+	if f := m.follow.Load(); f != nil {
+		return f.merge(ctx, nodeID, v.Flows())
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.spare = v.appendFlows(m.spare[:0], m.index)
@@ -145,6 +150,9 @@ func (m *Manager) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (
 		if flows[i].ID <= flows[i-1].ID {
 			return MergeResult{}, ErrUnsortedFlows
 		}
+	}
+	if f := m.follow.Load(); f != nil {
+		return f.merge(ctx, nodeID, flows)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -313,6 +321,9 @@ func (m *Manager) resetLocked(epoch string) {
 
 // syncEpochLocked resets the manager if the store has started a new epoch.
 func (m *Manager) syncEpochLocked(ctx context.Context) error {
+	if f := m.follow.Load(); f != nil {
+		return f.checkLocked()
+	}
 	epoch, err := m.store.Epoch(ctx)
 	if err != nil {
 		return fmt.Errorf("flowstate: read store epoch: %w", err)
@@ -347,6 +358,9 @@ func (m *Manager) appendAggregateLocked(dst []Flow) []Flow {
 // under the lock but encodes and writes it outside, so that merges do not
 // wait for an encoding that grows with the aggregate.
 func (m *Manager) Flush(ctx context.Context) error {
+	if f := m.follow.Load(); f != nil {
+		return f.flush(ctx)
+	}
 	m.flushMu.Lock()
 	defer m.flushMu.Unlock()
 	m.mu.Lock()
@@ -409,6 +423,9 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 // seed's put does. The next Merge aggregates the nodes' reports again and
 // replaces it. Put returns the new version.
 func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
+	if m.follow.Load() != nil {
+		return Version{}, ErrFollowing
+	}
 	m.flushMu.Lock() // no Flush may write an older aggregate after this one
 	defer m.flushMu.Unlock()
 	m.mu.Lock()

@@ -50,6 +50,9 @@ func (m *Manager) Size() (nodes, flows int) {
 // that stopped reporting no longer holds its flows in the aggregate. It
 // returns the evicted nodes and the result of the last eviction.
 func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, MergeResult, error) {
+	if f := m.follow.Load(); f != nil {
+		return f.evict(ctx, cutoff)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.syncEpochLocked(ctx); err != nil {

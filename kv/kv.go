@@ -1,5 +1,6 @@
 // Package kv defines the key-value store that the flow state manager keeps its
-// keys in, and an in-memory implementation of it.
+// keys in, an in-memory implementation of it, and one on a NATS JetStream
+// key-value bucket that several workers share.
 //
 // The interface follows how GreptimeDB's FlowStateManager uses its KvBackend:
 // get, put, range over a prefix, delete and clear. Two things are added so that
@@ -11,6 +12,14 @@
 //   - The epoch names the store's lineage. It changes whenever the store starts
 //     over empty (Clear, or a bucket that was deleted and created again), so a
 //     caller that caches what it wrote can tell that its cache is stale.
+//
+// A store that several processes share offers more (Shared): conditional
+// writes (Conditional, where the revision is the lock across processes), an
+// ordered watch of every write (Watcher), and errors that wrap
+// ErrUnavailable when it cannot take writes. JetStream is that store on a
+// NATS JetStream key-value bucket; its documentation describes the bucket's
+// layout, its epoch key and how it behaves when JetStream is unavailable,
+// and flowstate's package documentation how workers share a state with it.
 package kv
 
 import (

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"flowstate/consumer"
+	"flowstate/kv"
 )
 
 // Config is the worker's configuration: PROTOCOL.md's command line.
@@ -25,6 +26,8 @@ type Config struct {
 	MetricsAddr     string
 	KV              string
 	KVBucket        string
+	KVReplicas      int
+	KVStorage       string
 
 	// Authentication with an external server. Secrets come only from the
 	// environment, so that they stay out of process listings.
@@ -65,6 +68,8 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 		MaxFlows:        consumer.DefaultMaxFlows,
 		KV:              "memory",
 		KVBucket:        "flow_state",
+		KVReplicas:      1,
+		KVStorage:       "memory",
 		LogLevel:        "info",
 	}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
@@ -77,8 +82,10 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs.DurationVar(&c.PublishInterval, "publish-interval", c.PublishInterval, "coalesce state updates and aggregate-key writes (0: after every report)")
 	fs.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "most flows one report may carry")
 	str(&c.MetricsAddr, "metrics-addr", "HTTP address for /metrics, /healthz and /readyz (empty: off)")
-	str(&c.KV, "kv", "state backend: memory")
-	str(&c.KVBucket, "kv-bucket", "JetStream key-value bucket for --kv jetstream")
+	str(&c.KV, "kv", "state backend: memory, or jetstream (one state shared by every worker of the queue group)")
+	str(&c.KVBucket, "kv-bucket", "JetStream key-value bucket for --kv jetstream, created if missing")
+	fs.IntVar(&c.KVReplicas, "kv-replicas", c.KVReplicas, "replicas of the bucket (1 to 5), for --kv jetstream")
+	str(&c.KVStorage, "kv-storage", "storage of the bucket for --kv jetstream: memory, or file to survive a NATS restart")
 	str(&c.Creds, "nats-creds", "NATS credentials file")
 	str(&c.NKeySeed, "nats-nkey", "NATS nkey seed file")
 	str(&c.User, "nats-user", "NATS user; the password is read from "+envPrefix+"NATS_PASSWORD")
@@ -171,7 +178,15 @@ func (c Config) Validate() error {
 	switch c.KV {
 	case "memory":
 	case "jetstream":
-		return errors.New("--kv jetstream is not supported by this build yet; use --kv memory")
+		if c.NATSURL == "" {
+			return errors.New("--kv jetstream needs --nats-url: a NATS server with JetStream (the embedded server has none)")
+		}
+		if err := c.jetStreamConfig().Validate(); err != nil {
+			return fmt.Errorf("--kv jetstream: %v (see --kv-bucket, --kv-replicas, --kv-storage)", err)
+		}
+		if c.KVReplicas < 1 {
+			return fmt.Errorf("--kv-replicas %d: want 1 to 5", c.KVReplicas)
+		}
 	default:
 		return fmt.Errorf("--kv %q: want memory or jetstream", c.KV)
 	}
@@ -207,6 +222,11 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// jetStreamConfig is the part of c that configures the JetStream store.
+func (c Config) jetStreamConfig() kv.JetStreamConfig {
+	return kv.JetStreamConfig{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage}
 }
 
 // consumerConfig is the part of c that configures the consumer.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -94,6 +95,7 @@ type Main struct {
 	closed <-chan struct{}
 	worker *consumer.Worker
 	store  kv.Store
+	mgr    *flowstate.Manager
 
 	stopMetrics func()
 	metricsAddr string      // where metrics are served, once Run has started them
@@ -125,8 +127,10 @@ func (m *Main) Run() error {
 		return fmt.Errorf("NATS connect: %w", err)
 	}
 	m.nc, m.closed = nc, closed
-	m.store = kv.NewMemory()
-	mgr := flowstate.NewManager(m.store, flowstate.Options{DeferAggregateWrite: m.Config.PublishInterval > 0})
+	mgr, err := m.openState(nc)
+	if err != nil {
+		return err
+	}
 	ccfg := m.Config.consumerConfig()
 	ccfg.Version, ccfg.Logger = version, m.Log
 	latency := newMergeLatency()
@@ -173,6 +177,15 @@ func (m *Main) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	if m.mgr != nil {
+		// Hands the publisher lease over to another worker at once.
+		if err := m.mgr.StopFollowing(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if js, ok := m.store.(*kv.JetStream); ok {
+		js.Close()
+	}
 	m.closing.Store(true)
 	if m.nc != nil {
 		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -190,6 +203,44 @@ func (m *Main) Close(ctx context.Context) error {
 		m.srv.WaitForShutdown()
 	}
 	return errors.Join(errs...)
+}
+
+// jetStreamStartTimeout bounds the wait for JetStream at start-up.
+const jetStreamStartTimeout = 15 * time.Second
+
+// openState returns the manager of the configured backend: an in-memory
+// store, or a JetStream bucket that the manager follows with the other
+// workers.
+func (m *Main) openState(nc *nats.Conn) (*flowstate.Manager, error) {
+	if m.Config.KV != "jetstream" {
+		m.store = kv.NewMemory()
+		return flowstate.NewManager(m.store, flowstate.Options{DeferAggregateWrite: m.Config.PublishInterval > 0}), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
+	defer cancel()
+	cfg := m.Config.jetStreamConfig()
+	cfg.Logger = m.Log
+	js, err := kv.OpenJetStream(ctx, nc, cfg)
+	if errors.Is(err, kv.ErrIncompatibleBucket) {
+		return nil, fmt.Errorf("--kv jetstream: %w (delete the bucket, or give --kv-replicas and --kv-storage its settings)", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
+	}
+	m.store = js
+	mgr := flowstate.NewManager(js, flowstate.Options{DeferAggregateWrite: true})
+	if err := mgr.Follow(ctx, flowstate.FollowOptions{ID: workerID(), Logger: m.Log}); err != nil {
+		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
+	}
+	m.mgr = mgr
+	return mgr, nil
+}
+
+// workerID names this process in the publisher lease: host, pid and a
+// random suffix.
+func workerID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.Uint32()&0xffff)
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// natsCluster is three nats-server processes with JetStream, routed to each
+// other on loopback.
+type natsCluster struct {
+	servers []*natsServer // servers[i] is named s<i>
+	URLs    string        // every client URL, comma-separated
+}
+
+// startCluster runs three clustered servers and waits until JetStream has a
+// meta leader.
+func startCluster(t testing.TB) *natsCluster {
+	t.Helper()
+	const n = 3
+	routePorts := make([]int, n)
+	for i := range routePorts {
+		routePorts[i] = freePort(t)
+	}
+	c := &natsCluster{}
+	var urls []string
+	for i := range n {
+		var routes []string
+		for j, p := range routePorts {
+			if j != i {
+				routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p))
+			}
+		}
+		s := startServer(t, "-js", "-sd", t.TempDir(), "-n", fmt.Sprintf("s%d", i),
+			"--cluster_name", "flowstate", "--cluster", "nats://127.0.0.1:"+strconv.Itoa(routePorts[i]),
+			"--routes", strings.Join(routes, ","))
+		c.servers = append(c.servers, s)
+		urls = append(urls, s.URL)
+	}
+	c.URLs = strings.Join(urls, ",")
+	nc := connect(t, c.servers[0].URL)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.AccountInfo(ctx)
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "JetStream has no meta leader")
+	return c
+}
+
+// server returns the server named name.
+func (c *natsCluster) server(t testing.TB, name string) *natsServer {
+	t.Helper()
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "s"))
+	require.NoError(t, err, "server name %q", name)
+	return c.servers[i]
+}
+
+// kill stops a server with SIGKILL.
+func (s *natsServer) kill() {
+	s.p.signal(syscall.SIGKILL)
+	<-s.p.done
+}
+
+// TestJetStreamClusterKeepsServingWhenAServerDies runs three workers on an
+// R3 bucket of a three-server cluster while 100 nodes report. Killing a
+// server, the workers keep acking and serving. Killing the bucket's leader
+// as well (no quorum), a report is answered 503 quickly and gets are still
+// served. Once both are back, the workers ack again by themselves, and the
+// state is exactly each node's last acked report.
+func TestJetStreamClusterKeepsServingWhenAServerDies(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t)
+	ws := startJSWorkers(t, cl.URLs, 3, "--kv-replicas", "3", "--kv-storage", "file", "--log-level", "debug")
+	// The client knows every server, as flownodes should.
+	c := newClient(t, ws[0], nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), func(o *nats.Options) error {
+		o.Servers = strings.Split(cl.URLs, ",")
+		return nil
+	})
+	js, err := jetstream.New(c.nc)
+	require.NoError(t, err)
+	stream, err := js.Stream(t.Context(), "KV_"+jsBucket)
+	require.NoError(t, err)
+	info := stream.CachedInfo()
+	require.Equal(t, 3, info.Config.Replicas)
+	epoch := c.get().Epoch
+
+	r := startReporters(t, c, 100, 20*time.Millisecond)
+	r.awaitAcks(300, 30*time.Second)
+
+	// A server that does not lead the bucket dies: the workers keep acking
+	// and serving (those connected to it reconnect to another one).
+	leader := cl.server(t, info.Cluster.Leader)
+	var first *natsServer
+	for _, s := range cl.servers {
+		if s != leader && first == nil {
+			first = s
+		}
+	}
+	killed, failedBefore := time.Now(), r.failed.Load()
+	first.kill()
+	r.awaitAcks(300, 30*time.Second)
+	t.Logf("300 reports acked %v after a server died; %d retried meanwhile %s", time.Since(killed), r.failed.Load()-failedBefore, r.failures())
+	c.get()
+
+	// The bucket's leader dies too: no quorum, no writes.
+	leader.kill()
+	survivor := cl.servers[0]
+	for _, s := range cl.servers {
+		if s != leader && s != first {
+			survivor = s
+		}
+	}
+	// Each worker finds out with its first write, which waits for
+	// JetStream up to its op timeout (2 s); then it answers 503 at once.
+	probe := connect(t, survivor.URL)
+	body := codecReport(1000, lastExec(map[uint32]int64{1: 1})) // changes no aggregate
+	deadline := time.Now().Add(30 * time.Second)
+	for fast := 0; fast < 10; {
+		require.True(t, time.Now().Before(deadline), "no run of quick 503s within 30s")
+		start := time.Now()
+		msg, err := probe.Request(c.heartbeatSubject(1000), body, requestTimeout)
+		took := time.Since(start)
+		if err != nil || msg.Header.Get(micro.ErrorCodeHeader) != "503" {
+			continue // acked before the quorum was noticed lost, or a worker's connection moving
+		}
+		assert.Less(t, took, 3*time.Second, "a 503 comes within the op timeout")
+		if took < 500*time.Millisecond {
+			fast++
+		} else {
+			fast = 0
+		}
+	}
+	msg, err := probe.Request(c.prefix+".state.get", nil, requestTimeout)
+	require.NoError(t, err)
+	assert.Equal(t, epoch, parseAggregateMsg(t, msg).Epoch, "gets are served without quorum")
+
+	// Both come back: the workers recover by themselves.
+	first.Restart()
+	leader.Restart()
+	back := time.Now()
+	r.awaitAcks(300, 60*time.Second)
+	t.Logf("300 reports acked %v after quorum came back", time.Since(back))
+	r.stopAndWait()
+
+	for e := range r.epochs() {
+		assert.Equal(t, epoch, e, "every ack is in the one epoch")
+	}
+	v := requireConverged(t, c, r.want(), 20)
+	assert.Equal(t, epoch, v.Epoch)
+	t.Logf("%d reports acked, %d retried %s", r.acked(), r.failed.Load(), r.failures())
+}

@@ -1,0 +1,145 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// writable returns an error when a write cannot succeed now: the connection
+// is not up, or JetStream was found unavailable and no probe has found it
+// back yet. It spares a caller the OpTimeout of a write that would fail.
+func (s *JetStream) writable() error {
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("NATS connection %s", st)
+	}
+	if s.down.Load() {
+		return errors.New("JetStream did not answer the last write; waiting for it to come back")
+	}
+	return nil
+}
+
+// markDown records that JetStream is unavailable and starts the probe that
+// will find it back.
+func (s *JetStream) markDown(cause error) {
+	if s.down.Swap(true) {
+		return
+	}
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probing || s.closed {
+		return
+	}
+	s.probing = true
+	s.log.Warn("JetStream unavailable; writes fail until it is back", slog.String("bucket", s.cfg.Bucket), slog.Any("err", cause))
+	s.wg.Add(1)
+	go s.probe()
+}
+
+// probe checks the bucket every ProbeInterval, recreating it if it is
+// missing, until it takes a write again; then writes go through again. The
+// probe is a write (a deletion of ProbeKey), because a stream leader that
+// lost its quorum still answers requests for information until it steps
+// down, but cannot store anything.
+func (s *JetStream) probe() {
+	defer s.wg.Done()
+	start := time.Now()
+	t := time.NewTicker(s.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if s.nc.Status() != nats.CONNECTED {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := s.ensureBucket(ctx, false)
+		if err == nil {
+			err = s.probeWrite(ctx)
+		}
+		cancel()
+		if err != nil {
+			s.log.Debug("JetStream probe failed", slog.String("bucket", s.cfg.Bucket), slog.Any("err", err))
+			continue
+		}
+		s.probeMu.Lock()
+		s.probing = false
+		s.down.Store(false)
+		s.probeMu.Unlock()
+		s.log.Info("JetStream available again", slog.String("bucket", s.cfg.Bucket), slog.Duration("after", time.Since(start)))
+		return
+	}
+}
+
+// probeWrite writes a deletion of ProbeKey, which stays the bucket's only
+// message for that key and is not listed by Range.
+func (s *JetStream) probeWrite(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
+	msg.Header.Set("KV-Operation", "DEL")
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		return s.wrap("probe", err)
+	}
+	return nil
+}
+
+// wrap describes err, a failed request about what; it wraps ErrUnavailable
+// when JetStream could not be reached or could not answer.
+func (s *JetStream) wrap(what string, err error) error {
+	if unavailable(err) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("kv: %s: %w", what, err)
+}
+
+// unavailable reports whether err means that JetStream could not take the
+// request now, rather than that the request was wrong.
+func unavailable(err error) bool {
+	for _, target := range []error{
+		context.DeadlineExceeded,
+		nats.ErrTimeout,
+		nats.ErrNoResponders,
+		nats.ErrConnectionClosed,
+		nats.ErrConnectionDraining,
+		nats.ErrConnectionReconnecting,
+		nats.ErrDisconnected,
+		jetstream.ErrNoStreamResponse,
+		jetstream.ErrStreamNotFound,
+		jetstream.ErrBucketNotFound,
+		jetstream.ErrJetStreamNotEnabled,
+		jetstream.ErrJetStreamNotEnabledForAccount,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code >= 500
+}
+
+// isWrongLastSequence reports whether err is JetStream's refusal of a
+// conditional write: 10071, or 10164 on replicated streams.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}

@@ -1,0 +1,113 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// What a store shared by several processes offers beyond Store. JetStream
+// implements all of it; Memory, which one process owns, needs none of it.
+
+// ErrUnavailable is wrapped by the errors of a shared store that cannot be
+// reached or cannot take writes at the moment (no quorum, bucket or server
+// unreachable, the operation timed out). A write that fails with it may or
+// may not have been stored. The store recovers by itself when the backend
+// comes back.
+var ErrUnavailable = errors.New("kv: store unavailable")
+
+// ErrRevisionMismatch is returned by a conditional write whose Condition
+// does not hold: another write came first.
+var ErrRevisionMismatch = errors.New("kv: revision mismatch")
+
+// Condition makes a write conditional on the last write of a key (the key
+// written, or another one): the write happens only if the sequence number of
+// that key's last write, a deletion included, is Revision. Revision 0 means
+// that the key has never been written (or was wiped with the store).
+type Condition struct {
+	Key      string
+	Revision uint64
+}
+
+// Conditional is a store with compare-and-set writes. Across processes, the
+// revision is the lock.
+type Conditional interface {
+	// PutIf is Put if cond holds, and ErrRevisionMismatch otherwise.
+	PutIf(ctx context.Context, key string, value []byte, cond Condition) (Revision, error)
+	// DeleteIf is Delete if cond holds, and ErrRevisionMismatch otherwise.
+	DeleteIf(ctx context.Context, key string, cond Condition) (Revision, error)
+}
+
+// Op is the kind of an Event.
+type Op uint8
+
+// The kinds of Event.
+const (
+	// OpPut: Key was set to Value.
+	OpPut Op = iota + 1
+	// OpDelete: Key was deleted (or purged).
+	OpDelete
+	// OpReset: the watch (re)starts at epoch Revision.Epoch. Forget every
+	// key: the store's current entries follow, then OpSynced.
+	OpReset
+	// OpSynced: every entry the store held when the watch (re)started has
+	// been delivered; live writes follow.
+	OpSynced
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpPut:
+		return "put"
+	case OpDelete:
+		return "delete"
+	case OpReset:
+		return "reset"
+	case OpSynced:
+		return "synced"
+	}
+	return "unknown"
+}
+
+// Event is one step of a Watch.
+type Event struct {
+	Op    Op
+	Key   string // OpPut and OpDelete
+	Value []byte // OpPut; the callee's to keep
+	// Revision is the epoch and the sequence number of the write; for
+	// OpSynced, of the last write delivered so far (0 if none).
+	Revision Revision
+	// Time is when the store took the write (OpPut and OpDelete), by the
+	// store's clock.
+	Time time.Time
+	// Exact reports that the events delivered since the last OpReset, this
+	// one included, give exactly the store's content as of Revision.Seq. A
+	// watch that falls behind may skip writes the store has already
+	// replaced with later ones (a bucket keeps one value per key); until it
+	// has delivered those later writes, what it delivered is not a state
+	// the store ever had, and Exact is false. Always false before OpSynced.
+	Exact bool
+}
+
+// Watcher is a store whose writes can be followed in the order the store
+// made them.
+type Watcher interface {
+	// Watch calls fn, from one goroutine, with OpReset, then one OpPut per
+	// current key in sequence order, then OpSynced, then every later write in
+	// sequence order. When the store starts over (cleared, wiped or recreated
+	// by anyone) or the watch has to start over, it calls fn with OpReset
+	// again and repeats. It returns when ctx ends, with ctx's error, or when
+	// it cannot go on.
+	Watch(ctx context.Context, fn func(Event)) error
+	// LastRevision returns the sequence number of the store's last write,
+	// for a read barrier: once a watch has delivered it, it has delivered
+	// every write acknowledged before LastRevision was called.
+	LastRevision(ctx context.Context) (Revision, error)
+}
+
+// Shared is a store that several processes use at once.
+type Shared interface {
+	Store
+	Conditional
+	Watcher
+}

@@ -180,7 +180,8 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 }
 
 // Ready reports why the worker cannot serve, or nil: it must be started
-// and not shut down, its subscription live and its connection up.
+// and not shut down, its subscription live, its connection up and its state
+// loaded (a shared store's content read).
 func (w *Worker) Ready() error {
 	switch {
 	case w.sub == nil:
@@ -191,6 +192,8 @@ func (w *Worker) Ready() error {
 		return errors.New("heartbeat subscription closed")
 	case !w.nc.IsConnected():
 		return errors.New("NATS not connected")
+	case !w.mgr.Loaded():
+		return errors.New("state not loaded from the store yet")
 	}
 	return nil
 }

@@ -567,3 +567,15 @@ func (f *follower) kick() {
 	default:
 	}
 }
+
+// Loaded reports whether the state is served: always for a store of this
+// process; for a shared store, once the watch has delivered its content.
+func (m *Manager) Loaded() bool {
+	f := m.follow.Load()
+	if f == nil {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return f.ready && !f.stopped
+}

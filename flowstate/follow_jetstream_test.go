@@ -75,6 +75,7 @@ func (w *worker) stop(tb testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
 	defer cancel()
 	assert.NoError(tb, w.mgr.StopFollowing(ctx))
+	assert.False(tb, w.mgr.Loaded(), "a manager that stopped following serves nothing")
 }
 
 // fmerge applies a report and fails the test on error.
@@ -97,6 +98,7 @@ func fget(tb testing.TB, m *flowstate.Manager) (flowstate.FlowStateValue, flowst
 func (w *worker) synced(tb testing.TB) (flowstate.FlowStateValue, flowstate.Version) {
 	tb.Helper()
 	require.NoError(tb, w.mgr.Sync(tb.Context()))
+	assert.True(tb, w.mgr.Loaded(), "loaded once a read barrier passed")
 	return fget(tb, w.mgr)
 }
 

@@ -69,7 +69,7 @@ func TestHelpPrintsUsageAndExitsZero(t *testing.T) {
 		assert.Equal(t, 0, code, arg)
 		assert.Empty(t, stderr, arg)
 		assert.Equal(t, 1, strings.Count(stdout, "Usage:"), "usage printed once by %s", arg)
-		for _, flag := range []string{"--nats-url", "--listen", "--prefix", "--queue", "--publish-interval", "--max-flows", "--metrics-addr", "--kv", "--kv-bucket"} {
+		for _, flag := range []string{"--nats-url", "--listen", "--prefix", "--queue", "--publish-interval", "--max-flows", "--metrics-addr", "--kv", "--kv-bucket", "--kv-replicas", "--kv-storage", "--node-ttl", "--dead-letter-subject", "--nats-creds", "--nats-nkey", "--nats-user", "--nats-token", "--tls-ca", "--tls-cert", "--tls-key", "--log-level"} {
 			assert.Contains(t, stdout, flag, "usage printed by %s", arg)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"flowstate/codec"
 	"flowstate/consumer"
 	"flowstate/flowstate"
+	"flowstate/internal/natstest"
 	"flowstate/kv"
 )
 
@@ -27,19 +28,7 @@ const wait = 10 * time.Second
 // startServer runs an embedded NATS server on a free loopback port.
 func startServer(tb testing.TB, opts *server.Options) *server.Server {
 	tb.Helper()
-	if opts == nil {
-		opts = &server.Options{}
-	}
-	opts.Host, opts.Port, opts.NoSigs, opts.NoLog = "127.0.0.1", server.RANDOM_PORT, true, true
-	s, err := server.NewServer(opts)
-	require.NoError(tb, err)
-	go s.Start()
-	require.True(tb, s.ReadyForConnections(wait), "server did not start")
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return natstest.Start(tb, opts)
 }
 
 func connect(tb testing.TB, s *server.Server) *nats.Conn {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"flowstate/flowstate"
+	"flowstate/internal/natstest"
 	"flowstate/kv"
 )
 
@@ -27,18 +28,7 @@ const followWait = 10 * time.Second
 
 func startJetStream(tb testing.TB) *server.Server {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: tb.TempDir(),
-	})
-	require.NoError(tb, err)
-	go s.Start()
-	require.True(tb, s.ReadyForConnections(followWait), "server did not start")
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return natstest.Start(tb, &server.Options{JetStream: true})
 }
 
 var followBuckets atomic.Int64

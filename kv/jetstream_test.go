@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"flowstate/internal/natstest"
 	"flowstate/kv"
 	"flowstate/kv/kvtest"
 )
@@ -25,18 +26,7 @@ const wait = 10 * time.Second
 // loopback port; Cleanup stops it.
 func startJetStream(tb testing.TB) *server.Server {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
-		JetStream: true, StoreDir: tb.TempDir(),
-	})
-	require.NoError(tb, err)
-	go s.Start()
-	require.True(tb, s.ReadyForConnections(wait), "server did not start")
-	tb.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return natstest.Start(tb, &server.Options{JetStream: true})
 }
 
 func connectTo(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {

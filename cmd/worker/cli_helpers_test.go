@@ -15,6 +15,7 @@ import (
 	"flowstate/client"
 	"flowstate/consumer"
 	"flowstate/flowstate"
+	"flowstate/internal/natstest"
 	"flowstate/kv"
 )
 
@@ -25,15 +26,7 @@ const cliWait = 10 * time.Second
 // 127.0.0.1; Cleanup stops it.
 func startTestServer(tb testing.TB) *server.Server {
 	tb.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
-	require.NoError(tb, err)
-	go srv.Start()
-	require.True(tb, srv.ReadyForConnections(cliWait), "embedded NATS server not ready")
-	tb.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	return srv
+	return natstest.Start(tb, nil)
 }
 
 // startTestWorker runs an in-process worker with a new in-memory store on

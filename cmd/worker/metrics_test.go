@@ -17,17 +17,13 @@ import (
 
 	"flowstate/codec"
 	"flowstate/flowstate"
+	"flowstate/internal/natstest"
 )
 
 // serverOnPort runs an embedded NATS server on 127.0.0.1:port.
 func serverOnPort(tb testing.TB, port int) *server.Server {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true})
-	require.NoError(tb, err)
-	go s.Start()
-	require.True(tb, s.ReadyForConnections(10*time.Second))
-	tb.Cleanup(s.Shutdown)
-	return s
+	return natstest.Start(tb, &server.Options{Port: port})
 }
 
 func freePort(tb testing.TB) int {

@@ -1,0 +1,46 @@
+// Package natstest starts embedded NATS servers for the project's tests:
+// on 127.0.0.1, on a free port unless one is given, without signal handling
+// or logs, with JetStream's store in a temporary directory when asked for,
+// and stopped by the test's Cleanup.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Ready bounds how long Start waits for the server to take connections.
+const Ready = 10 * time.Second
+
+// Start runs an embedded NATS server with opts (nil: defaults) and registers
+// its shutdown with tb.Cleanup. Port 0 means a free port.
+func Start(tb testing.TB, opts *server.Options) *server.Server {
+	tb.Helper()
+	o := server.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Host, o.NoSigs, o.NoLog = "127.0.0.1", true, true
+	if o.Port == 0 {
+		o.Port = server.RANDOM_PORT
+	}
+	if o.JetStream && o.StoreDir == "" {
+		o.StoreDir = tb.TempDir()
+	}
+	s, err := server.NewServer(&o)
+	if err != nil {
+		tb.Fatalf("embedded NATS server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(Ready) {
+		s.Shutdown()
+		tb.Fatalf("embedded NATS server not ready within %v", Ready)
+	}
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}

@@ -26,6 +26,7 @@ type cliCommand struct {
 	example  string // one or more example lines
 
 	fs      *flag.FlagSet
+	auth    Config // only its credential and TLS fields are used
 	natsURL string
 	prefix  string
 	timeout time.Duration
@@ -42,6 +43,20 @@ func newCLICommand(name, synopsis, about, example string) *cliCommand {
 	c.fs.StringVar(&c.prefix, "prefix", consumer.DefaultPrefix, "subject `prefix` the worker serves")
 	c.fs.DurationVar(&c.timeout, "timeout", client.DefaultTimeout, "bound on connecting and on each request")
 	c.envs = map[string]string{"nats-url": envName("nats-url"), "prefix": envName("prefix")}
+	for _, f := range []struct {
+		p           *string
+		name, usage string
+	}{
+		{&c.auth.Creds, "nats-creds", "NATS credentials `file`"},
+		{&c.auth.NKeySeed, "nats-nkey", "NATS nkey seed `file`"},
+		{&c.auth.User, "nats-user", "NATS `user`; the password is read from " + envPrefix + "NATS_PASSWORD"},
+		{&c.auth.TLSCA, "tls-ca", "CA certificate `file` to verify the NATS server"},
+		{&c.auth.TLSCert, "tls-cert", "client certificate `file` for NATS TLS"},
+		{&c.auth.TLSKey, "tls-key", "client key `file` for NATS TLS"},
+	} {
+		c.fs.StringVar(f.p, f.name, "", f.usage)
+		c.envs[f.name] = envName(f.name)
+	}
 	return c
 }
 
@@ -75,6 +90,15 @@ func (c *cliCommand) parse(args []string, getenv func(string) string, stdout, st
 	if c.timeout <= 0 {
 		return c.fail(stderr, fmt.Errorf("--timeout %v must be positive", c.timeout)), false
 	}
+	// Secrets only from the environment, as for the worker.
+	c.auth.Password = getenv(envPrefix + "NATS_PASSWORD")
+	c.auth.Token = getenv(envPrefix + "NATS_TOKEN")
+	if c.auth.User != "" && c.auth.Password == "" {
+		return c.fail(stderr, fmt.Errorf("--nats-user needs the password in %sNATS_PASSWORD", envPrefix)), false
+	}
+	if (c.auth.TLSCert == "") != (c.auth.TLSKey == "") {
+		return c.fail(stderr, errors.New("--tls-cert and --tls-key go together")), false
+	}
 	return 0, true
 }
 
@@ -93,7 +117,12 @@ func (c *cliCommand) errorf(stderr io.Writer, format string, args ...any) int {
 // connect dials NATS and returns a client of the worker. The connection
 // reconnects as the library does by default; close it when done.
 func (c *cliCommand) connect(stderr io.Writer) (*nats.Conn, *client.Client, int) {
-	nc, err := nats.Connect(c.natsURL, nats.Name("flowstate-"+c.name), nats.Timeout(c.timeout))
+	opts, err := authOptions(c.auth)
+	if err != nil {
+		return nil, nil, c.errorf(stderr, "%v", err)
+	}
+	opts = append(opts, nats.Name("flowstate-"+c.name), nats.Timeout(c.timeout))
+	nc, err := nats.Connect(c.natsURL, opts...)
 	if err != nil {
 		return nil, nil, c.errorf(stderr, "connect to %s: %v", c.natsURL, err)
 	}

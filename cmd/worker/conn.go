@@ -108,13 +108,29 @@ func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.
 			logOnce("NATS error", err)
 		}),
 	}
+	auth, err := authOptions(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, auth...)
+	nc, err = nats.Connect(strings.TrimSpace(url), opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return nc, done, nil
+}
+
+// authOptions are the NATS options of c's credentials and TLS settings,
+// shared by the worker and the subcommands.
+func authOptions(c Config) ([]nats.Option, error) {
+	var opts []nats.Option
 	if c.Creds != "" {
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	}
 	if c.NKeySeed != "" {
 		o, err := nats.NkeyOptionFromSeed(c.NKeySeed)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		opts = append(opts, o)
 	}
@@ -130,9 +146,5 @@ func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.
 	if c.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
 	}
-	nc, err = nats.Connect(strings.TrimSpace(url), opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return nc, done, nil
+	return opts, nil
 }

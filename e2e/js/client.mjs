@@ -203,18 +203,6 @@ export class Updates {
     }
   }
 
-  /** quiet returns the updates that arrive within ms. */
-  async quiet(ms) {
-    const got = [];
-    const end = Date.now() + ms;
-    for (let left = ms; left > 0; left = end - Date.now()) {
-      const m = await this.next(left);
-      if (!m) break;
-      got.push(m);
-    }
-    return got;
-  }
-
   unsubscribe() {
     this.sub?.unsubscribe();
   }

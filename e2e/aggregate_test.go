@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"maps"
 	"slices"
 	"strconv"
@@ -31,39 +30,6 @@ func decodeAggregate(t testing.TB, body []byte) flowState {
 	require.NoError(t, msgpack.Unmarshal(top["last_exec_time_map"], &s.LastExecTime))
 	require.NoError(t, msgpack.Unmarshal(top["start_time_map"], &s.StartTime))
 	return s.normalized()
-}
-
-// decodeAggregateJSON decodes a JSON aggregate with encoding/json and
-// requires exactly the three fields.
-func decodeAggregateJSON(t testing.TB, body []byte) flowState {
-	t.Helper()
-	var top map[string]map[string]json.Number
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	require.NoError(t, dec.Decode(&top), "aggregate %s", body)
-	require.ElementsMatch(t, aggregateFields, slices.Collect(maps.Keys(top)), "aggregate fields")
-	s := flowState{}.normalized()
-	for k, v := range top["state_size"] {
-		n, err := strconv.ParseUint(v.String(), 10, 64)
-		require.NoError(t, err)
-		s.StateSize[flowID(t, k)] = n
-	}
-	for name, dst := range map[string]map[uint32]int64{"last_exec_time_map": s.LastExecTime, "start_time_map": s.StartTime} {
-		for k, v := range top[name] {
-			n, err := strconv.ParseInt(v.String(), 10, 64)
-			require.NoError(t, err)
-			dst[flowID(t, k)] = n
-		}
-	}
-	return s
-}
-
-func flowID(t testing.TB, s string) uint32 {
-	t.Helper()
-	id, err := strconv.ParseUint(s, 10, 32)
-	require.NoError(t, err, "flow id %q", s)
-	require.Equal(t, strconv.FormatUint(id, 10), s, "flow id not canonical")
-	return uint32(id)
 }
 
 // serdeJSON writes what serde_json writes for the seed's FlowStateValue:

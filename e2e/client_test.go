@@ -110,12 +110,6 @@ func (c *client) reject(subject string, body []byte) rejection {
 	return r
 }
 
-// publish sends a report of node without asking for an ack.
-func (c *client) publish(node uint64, body []byte) {
-	c.t.Helper()
-	require.NoError(c.t, c.nc.Publish(c.heartbeatSubject(node), body))
-}
-
 // aggregateMsg is a get reply or a published update.
 type aggregateMsg struct {
 	version

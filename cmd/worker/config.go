@@ -48,12 +48,6 @@ type Config struct {
 // envPrefix starts every environment variable of the worker.
 const envPrefix = "FLOWSTATE_"
 
-// flagSpec is one flag with its environment variable.
-type flagSpec struct {
-	name, env, usage string
-	bind             func(fs *flag.FlagSet, usage string)
-}
-
 // errHelp is returned by parseConfig when --help was asked for.
 var errHelp = flag.ErrHelp
 

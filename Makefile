@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet bench fuzz clean js-deps
+.PHONY: all build run test vet lint bench fuzz clean js-deps
 
 all: build
 
@@ -17,6 +17,12 @@ run: build
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck, fetched from the Go module proxy at a pinned version.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
 
 # The JavaScript conformance client (e2e/js) runs against the worker in
 # `make test`; its npm packages are pinned in package.json.

@@ -34,12 +34,13 @@ test: vet js-deps
 
 # Go benchmarks of the hot paths, then the end-to-end load test against a
 # real nats-server and worker (LOADTEST_ARGS, e.g. --runs 5; see
-# docs/performance.md).
+# docs/performance.md); the load test prints both in one summary.
 LOADTEST_ARGS ?=
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/
-	$(GO) run ./e2e/loadtest $(LOADTEST_ARGS)
+	mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./consumer/ | tee $(BIN)/gobench.txt
+	$(GO) run ./e2e/loadtest --go-bench $(BIN)/gobench.txt $(LOADTEST_ARGS)
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 10m ./codec/

@@ -62,7 +62,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	start := time.Now()
 	lt := &loadTest{cfg: cfg, log: stderr}
+	var benches []goBench
+	if cfg.goBench != "" {
+		if benches, err = readGoBench(cfg.goBench); err != nil {
+			fmt.Fprintf(stderr, "loadtest: --go-bench: %v\n", err)
+			return 2
+		}
+	}
 	results, runErr := lt.run(ctx)
+	printGoBench(stdout, benches)
 	printSummary(stdout, cfg, lt.natsVersion, results, time.Since(start))
 	if runErr != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
@@ -82,6 +90,7 @@ type config struct {
 	quietWait   time.Duration // longest wait before a run for the machine to calm down
 	binDir      string        // prebuilt worker and nats-server; empty: build them
 	perfDir     string        // LOADTEST_PERF_DIR: record the worker with perf
+	goBench     string        // go test -bench output to print with the summary
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -96,6 +105,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.ackClients, "ack-clients", 8, "clients sending reports as requests during the ingest, timing the acks")
 	fs.DurationVar(&c.quietWait, "quiet-wait", 5*time.Second, "before each run, wait up to this long for other processes to use less than 25% of the machine (0: don't)")
 	fs.StringVar(&c.binDir, "bin-dir", "", "directory holding prebuilt worker and nats-server binaries (empty: build them)")
+	fs.StringVar(&c.goBench, "go-bench", "", "a file of `go test -bench` output, printed as the first part of the summary")
 	fs.Usage = func() {
 		fmt.Fprintln(out, "Usage: go run ./e2e/loadtest [flags]\n\nMeasures the worker end to end against nats-server on 127.0.0.1.\n\nFlags:")
 		fs.PrintDefaults()

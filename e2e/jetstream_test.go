@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestJetStreamWorkersShareOneState(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		assert.Greater(t, got[i].Revision, got[i-1].Revision, "updates in order")
 	}
-	publishers := 0
+	publishers, leaseHolders := 0, 0
 	for _, w := range ws {
 		addr := w.waitStderr(metricsListening)[1]
 		resp, err := (&http.Client{Timeout: requestTimeout}).Get("http://" + addr + "/metrics")
@@ -65,8 +66,13 @@ func TestJetStreamWorkersShareOneState(t *testing.T) {
 		if publishesTotal(t, string(body)) > 0 {
 			publishers++
 		}
+		if strings.Contains(string(body), "\nflowstate_publisher 1\n") {
+			leaseHolders++
+		}
+		assert.Contains(t, string(body), "\nflowstate_store_available 1\n")
 	}
 	assert.Equal(t, 1, publishers, "workers that published")
+	assert.Equal(t, 1, leaseHolders, "workers whose metrics say they hold the publisher lease")
 	t.Logf("%d reports acked, %d retried %s, %d updates received", r.acked(), r.failed.Load(), r.failures(), len(got))
 }
 

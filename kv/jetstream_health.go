@@ -143,3 +143,10 @@ func isWrongLastSequence(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// Available reports whether writes can go through now, as far as the store
+// knows: the connection is up and no write has found JetStream unavailable
+// since the last successful probe.
+func (s *JetStream) Available() bool {
+	return s.writable() == nil
+}

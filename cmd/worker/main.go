@@ -146,7 +146,7 @@ func (m *Main) Run() error {
 	}
 	m.worker = w
 	if m.Config.MetricsAddr != "" {
-		stop, addr, err := serveMetrics(context.Background(), m.Config.MetricsAddr, w, nc, latency, m.Log)
+		stop, addr, err := serveMetrics(context.Background(), m.Config.MetricsAddr, m.newStatsCollector(w), latency, m.Log)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
@@ -155,6 +155,13 @@ func (m *Main) Run() error {
 	epoch, _ := m.store.Epoch(context.Background())
 	m.Log.Info("serving", slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV), slog.String("epoch", epoch))
 	return nil
+}
+
+// newStatsCollector exposes w, the connection and, with a shared store, its
+// availability and the publisher lease.
+func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
+	js, _ := m.store.(*kv.JetStream)
+	return newStatsCollector(w, m.nc, js, m.mgr)
 }
 
 // Close shuts down in order, under ctx: drain the heartbeats and stop the

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"flowstate/consumer"
+	"flowstate/flowstate"
+	"flowstate/kv"
 )
 
 // statsCollector exposes a worker's counters and its connection's state as
@@ -22,6 +24,8 @@ import (
 type statsCollector struct {
 	worker *consumer.Worker
 	nc     *nats.Conn
+	js     *kv.JetStream      // nil unless --kv jetstream
+	mgr    *flowstate.Manager // following a shared store, or nil
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -29,15 +33,18 @@ type statsCollector struct {
 	connected, reconnects, info        *prometheus.Desc
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
+	storeAvailable, publisher          *prometheus.Desc
 }
 
-func newStatsCollector(w *consumer.Worker, nc *nats.Conn) *statsCollector {
+func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *kv.JetStream, mgr *flowstate.Manager) *statsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
 	return &statsCollector{
 		worker:         w,
 		nc:             nc,
+		js:             js,
+		mgr:            mgr,
 		received:       d("reports_received_total", "Heartbeat messages taken from the subscription."),
 		applied:        d("reports_applied_total", "Reports merged into the state."),
 		acked:          d("acks_total", "Acknowledgements sent for reports sent as requests."),
@@ -55,6 +62,8 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn) *statsCollector {
 		nodes:          d("nodes", "Nodes in the aggregate."),
 		flows:          d("flows", "Flows in the aggregate."),
 		aggregateBytes: d("aggregate_bytes", "Size of the last msgpack encoding of the aggregate."),
+		storeAvailable: d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
+		publisher:      d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
 	}
 }
 
@@ -78,11 +87,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.gets, s.Gets)
 	counter(c.getErrors, s.GetErrors)
 	counter(c.dropped, s.Dropped)
-	up := 0.0
-	if c.nc.IsConnected() {
-		up = 1
-	}
-	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, bit(c.nc.IsConnected()))
 	counter(c.reconnects, c.nc.Stats().Reconnects)
 	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, version)
 	counter(c.evicted, s.Evicted)
@@ -93,6 +98,20 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.nodes, float64(s.Nodes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.aggregateBytes, float64(s.AggregateBytes))
+	if c.js != nil {
+		gauge(c.storeAvailable, bit(c.js.Available()))
+	}
+	if c.mgr != nil && c.mgr.Following() {
+		gauge(c.publisher, bit(c.mgr.Publisher()))
+	}
+}
+
+// bit is a gauge's value of b.
+func bit(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // newMergeLatency is the histogram of the time an applied report takes.
@@ -107,9 +126,10 @@ func newMergeLatency() prometheus.Histogram {
 // serveMetrics serves /metrics, /healthz (the process runs), /readyz (NATS
 // is connected and the worker serves) and Go's /debug/pprof/ profiles on
 // addr.
-func serveMetrics(ctx context.Context, addr string, w *consumer.Worker, nc *nats.Conn, latency prometheus.Histogram, log *slog.Logger) (stop func(), metricsAddr string, err error) {
+func serveMetrics(ctx context.Context, addr string, stats *statsCollector, latency prometheus.Histogram, log *slog.Logger) (stop func(), metricsAddr string, err error) {
+	w := stats.worker
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(newStatsCollector(w, nc), latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(stats, latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -158,6 +158,12 @@ func TestJetStreamClusterKeepsServingWhenAServerDies(t *testing.T) {
 	for e := range r.epochs() {
 		assert.Equal(t, epoch, e, "every ack is in the one epoch")
 	}
+	// A worker whose watch was cut off by the outage may serve its last
+	// state for a while after its read barrier gives up: wait, bounded,
+	// until every worker serves the final state, and say how long it took.
+	converging := time.Now()
+	awaitConverged(t, c, r.want(), 20, 60*time.Second)
+	t.Logf("every worker served the final state %v after the last ack", time.Since(converging))
 	v := requireConverged(t, c, r.want(), 20)
 	assert.Equal(t, epoch, v.Epoch)
 	t.Logf("%d reports acked, %d retried %s", r.acked(), r.failed.Load(), r.failures())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,6 +229,23 @@ func requireConverged(t testing.TB, c *client, want flowState, n int) version {
 		require.Equal(t, first, v, "get %d: the same state at the same version on every worker", i)
 	}
 	return first
+}
+
+// awaitConverged waits, within timeout, until n gets in a row, from
+// whichever workers answer, all return want.
+func awaitConverged(t testing.TB, c *client, want flowState, n int, timeout time.Duration) {
+	t.Helper()
+	want = want.normalized()
+	deadline := time.Now().Add(timeout)
+	for inARow := 0; inARow < n; {
+		require.True(t, time.Now().Before(deadline), "the workers did not all serve the final state within %v", timeout)
+		if reflect.DeepEqual(want, decodeAggregate(t, c.get().Body)) {
+			inARow++
+			continue
+		}
+		inARow = 0
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // awaitKey waits until the bucket's key holds want.

@@ -8,13 +8,15 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"flowstate/internal/binaries"
 )
 
 // loadTest runs the scenarios against one nats-server.
 type loadTest struct {
 	cfg     config
 	log     io.Writer
-	bins    binaries
+	bins    binaries.Set
 	nats    *process
 	natsURL string
 
@@ -31,8 +33,8 @@ func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
 	}
 	defer cleanup()
 	lt.bins = bins
-	lt.natsVersion = strings.TrimPrefix(binaryVersion(ctx, bins.natsServer), "nats-server: ")
-	srv, url, err := startNATS(ctx, bins.natsServer)
+	lt.natsVersion = strings.TrimPrefix(binaryVersion(ctx, bins.NATSServer), "nats-server: ")
+	srv, url, err := startNATS(ctx, bins.NATSServer)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +75,7 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, p *payloads, i int
 		}
 		r.raw = &raw
 	}
-	w, err := startWorker(ctx, lt.bins.worker, lt.natsURL)
+	w, err := startWorker(ctx, lt.bins.Worker, lt.natsURL)
 	if err != nil {
 		return r, err
 	}

@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
-	"flowstate/consumer"
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // DefaultPrefix is the subject prefix of Options, as the worker's default.
-const DefaultPrefix = consumer.DefaultPrefix
+const DefaultPrefix = protocol.DefaultPrefix
 
 // DefaultTimeout bounds each request when Options.Timeout is zero.
 const DefaultTimeout = 5 * time.Second
@@ -32,7 +31,7 @@ type Options struct {
 
 // Validate reports the first invalid option.
 func (o Options) Validate() error {
-	if err := (consumer.Config{Prefix: o.Prefix}).Validate(); err != nil {
+	if err := protocol.ValidatePrefix(o.Prefix); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
 	if o.Timeout < 0 {
@@ -97,23 +96,23 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 	case err != nil:
 		return nil, fmt.Errorf("client: %s: %w", msg.Subject, err)
 	}
-	if code := reply.Header.Get(micro.ErrorCodeHeader); code != "" {
+	if code := reply.Header.Get(protocol.HeaderErrorCode); code != "" {
 		n, _ := strconv.Atoi(code)
-		return nil, &ServiceError{Subject: msg.Subject, Code: n, Reason: reply.Header.Get(micro.ErrorHeader)}
+		return nil, &ServiceError{Subject: msg.Subject, Code: n, Reason: reply.Header.Get(protocol.HeaderError)}
 	}
 	return reply, nil
 }
 
 // parseVersion reads the Flow-State-Epoch and Flow-State-Revision headers.
 func parseVersion(h nats.Header) (flowstate.Version, error) {
-	epoch := h.Get(consumer.HeaderEpoch)
-	rev := h.Get(consumer.HeaderRevision)
+	epoch := h.Get(protocol.HeaderEpoch)
+	rev := h.Get(protocol.HeaderRevision)
 	if epoch == "" || rev == "" {
-		return flowstate.Version{}, fmt.Errorf("%w: missing %s or %s header", ErrBadReply, consumer.HeaderEpoch, consumer.HeaderRevision)
+		return flowstate.Version{}, fmt.Errorf("%w: missing %s or %s header", ErrBadReply, protocol.HeaderEpoch, protocol.HeaderRevision)
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(rev), 10, 64)
 	if err != nil {
-		return flowstate.Version{}, fmt.Errorf("%w: %s %q is not a decimal uint64", ErrBadReply, consumer.HeaderRevision, rev)
+		return flowstate.Version{}, fmt.Errorf("%w: %s %q is not a decimal uint64", ErrBadReply, protocol.HeaderRevision, rev)
 	}
 	return flowstate.Version{Epoch: epoch, Revision: n}, nil
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"flowstate/codec"
-	"flowstate/consumer"
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // State is the aggregate at one version.
@@ -43,7 +43,7 @@ func (c *Client) Get(ctx context.Context) (State, error) {
 // errors are Get's.
 func (c *Client) GetJSON(ctx context.Context) ([]byte, flowstate.Version, error) {
 	msg := nats.NewMsg(c.getSubject)
-	msg.Header.Set(consumer.HeaderAccept, consumer.ContentTypeJSON)
+	msg.Header.Set(protocol.HeaderAccept, protocol.ContentTypeJSON)
 	reply, err := c.request(ctx, msg)
 	if err != nil {
 		return nil, flowstate.Version{}, err
@@ -52,8 +52,8 @@ func (c *Client) GetJSON(ctx context.Context) ([]byte, flowstate.Version, error)
 	if err != nil {
 		return nil, flowstate.Version{}, err
 	}
-	if ct := mediaType(reply.Header); ct != consumer.ContentTypeJSON {
-		return nil, flowstate.Version{}, fmt.Errorf("%w: asked for %s, got Content-Type %q", ErrBadReply, consumer.ContentTypeJSON, ct)
+	if ct := mediaType(reply.Header); ct != protocol.ContentTypeJSON {
+		return nil, flowstate.Version{}, fmt.Errorf("%w: asked for %s, got Content-Type %q", ErrBadReply, protocol.ContentTypeJSON, ct)
 	}
 	return reply.Data, v, nil
 }
@@ -66,7 +66,7 @@ func decodeState(msg *nats.Msg) (State, error) {
 		return State{}, err
 	}
 	var val flowstate.FlowStateValue
-	if mediaType(msg.Header) == consumer.ContentTypeJSON {
+	if mediaType(msg.Header) == protocol.ContentTypeJSON {
 		val, err = flowstate.DecodeValue(msg.Data)
 	} else {
 		val, err = codec.DecodeAggregate(msg.Data)
@@ -80,7 +80,7 @@ func decodeState(msg *nats.Msg) (State, error) {
 // mediaType returns the media type of the Content-Type header, "" if none
 // or unparsable.
 func mediaType(h nats.Header) string {
-	mt, _, err := mime.ParseMediaType(h.Get(consumer.HeaderContentType))
+	mt, _, err := mime.ParseMediaType(h.Get(protocol.HeaderContentType))
 	if err != nil {
 		return ""
 	}

@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"flowstate/protocol"
+
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"flowstate/consumer"
 )
 
 func updateMsg(epoch string, rev uint64) *nats.Msg {
 	m := nats.NewMsg("flow.state")
-	m.Header.Set(consumer.HeaderEpoch, epoch)
-	m.Header.Set(consumer.HeaderRevision, strconv.FormatUint(rev, 10))
+	m.Header.Set(protocol.HeaderEpoch, epoch)
+	m.Header.Set(protocol.HeaderRevision, strconv.FormatUint(rev, 10))
 	return m
 }
 

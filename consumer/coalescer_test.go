@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"flowstate/protocol"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -102,7 +104,7 @@ func TestParseNodeTokenAcceptsOnlyCanonicalDecimal(t *testing.T) {
 		"0": true, "7": true, "18446744073709551615": true,
 		"": false, "07": false, "+7": false, "-1": false, "7a": false, "18446744073709551616": false, " 7": false,
 	} {
-		_, ok := parseNodeToken(token)
+		_, ok := protocol.ParseNodeToken(token)
 		assert.Equal(t, want, ok, "token %q", token)
 	}
 }

@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
+
+	"flowstate/protocol"
 )
 
 // Defaults of Config, as PROTOCOL.md's command line sets them.
 const (
-	DefaultPrefix          = "flow"
-	DefaultQueue           = "flowstate"
 	DefaultPublishInterval = 100 * time.Millisecond
 	DefaultMaxFlows        = 100000
 	// DefaultPendingMsgs and DefaultPendingBytes bound what the client
@@ -21,9 +20,6 @@ const (
 	DefaultPendingMsgs  = 1 << 20
 	DefaultPendingBytes = 64 << 20
 )
-
-// ServiceName is the NATS micro service name the worker registers.
-const ServiceName = "flowstate"
 
 // Config configures a Worker. Empty strings and zero limits take the
 // defaults above; PublishInterval 0 means publish after every report that
@@ -51,10 +47,10 @@ type Config struct {
 // withDefaults returns c with its empty fields set.
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+		c.Prefix = protocol.DefaultPrefix
 	}
 	if c.Queue == "" {
-		c.Queue = DefaultQueue
+		c.Queue = protocol.DefaultQueue
 	}
 	if c.MaxFlows == 0 {
 		c.MaxFlows = DefaultMaxFlows
@@ -76,13 +72,13 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first invalid field of c.
 func (c Config) Validate() error {
-	if err := validToken("prefix", c.Prefix, true); err != nil {
+	if err := protocol.ValidatePrefix(c.Prefix); err != nil {
 		return err
 	}
-	if err := validToken("queue", c.Queue, false); err != nil {
+	if err := protocol.ValidateQueue(c.Queue); err != nil {
 		return err
 	}
-	if err := validToken("dead-letter subject", c.DeadLetterSubject, true); err != nil {
+	if err := protocol.ValidateSubject("dead-letter subject", c.DeadLetterSubject); err != nil {
 		return err
 	}
 	if c.NodeTTL < 0 {
@@ -96,24 +92,6 @@ func (c Config) Validate() error {
 	}
 	if c.PendingMsgs < 0 || c.PendingBytes < 0 {
 		return errors.New("pending limits must not be negative")
-	}
-	return nil
-}
-
-// validToken checks a subject prefix (dots allowed between tokens) or a
-// queue group name.
-func validToken(what, s string, dots bool) error {
-	if s == "" {
-		return nil // default
-	}
-	if strings.ContainsAny(s, " \t\r\n*>") {
-		return fmt.Errorf("%s %q contains whitespace or a wildcard", what, s)
-	}
-	if !dots && strings.Contains(s, ".") {
-		return fmt.Errorf("%s %q contains a dot", what, s)
-	}
-	if dots && (strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".") || strings.Contains(s, "..")) {
-		return fmt.Errorf("%s %q has an empty token", what, s)
 	}
 	return nil
 }

@@ -12,12 +12,13 @@ import (
 
 	"flowstate/codec"
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // handleGet answers a get with the aggregate, msgpack unless the request
 // accepts application/json.
 func (w *Worker) handleGet(req micro.Request) {
-	asJSON := wantsJSON(req.Headers().Get(HeaderAccept))
+	asJSON := wantsJSON(req.Headers().Get(protocol.HeaderAccept))
 	ctx := context.Background()
 	if err := w.mgr.Sync(ctx); err != nil {
 		// A shared store's read barrier failed: serve what this worker has.
@@ -27,9 +28,9 @@ func (w *Worker) handleGet(req micro.Request) {
 	err := w.withEncoded(ctx, asJSON, func(body []byte, v flowstate.Version) error {
 		h := versionHeader(v)
 		if asJSON {
-			h.Set(HeaderContentType, ContentTypeJSON)
+			h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 		} else {
-			h.Set(HeaderContentType, ContentTypeMsgpack)
+			h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
 		}
 		size = len(body)
 		if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
@@ -68,7 +69,7 @@ func wantsJSON(accept string) bool {
 		return false
 	}
 	mt, _, err := mime.ParseMediaType(accept)
-	return err == nil && mt == ContentTypeJSON
+	return err == nil && mt == protocol.ContentTypeJSON
 }
 
 // errTooLarge is wrapped by the error of withEncoded when the msgpack

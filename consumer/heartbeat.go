@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // handleHeartbeat applies one report. The client library calls it from one
@@ -46,7 +46,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 // apply decodes, checks and merges one report.
 func (w *Worker) apply(msg *nats.Msg) (flowstate.MergeResult, error) {
 	token := msg.Subject[min(len(w.hbPrefix), len(msg.Subject)):]
-	subjectNode, ok := parseNodeToken(token)
+	subjectNode, ok := protocol.ParseNodeToken(token)
 	if !ok {
 		return flowstate.MergeResult{}, &badReport{kind: "bad_subject", field: "subject",
 			reason: fmt.Sprintf("node id token %q is not a canonical decimal uint64", token)}
@@ -78,27 +78,12 @@ func (w *Worker) rejectReport(msg *nats.Msg, err error) {
 	}
 	if w.cfg.DeadLetterSubject != "" && v.code == 400 {
 		dl := &nats.Msg{Subject: w.cfg.DeadLetterSubject, Data: msg.Data, Header: nats.Header{
-			HeaderRejectKind:    []string{v.kind},
-			HeaderRejectError:   []string{v.reason},
-			HeaderRejectSubject: []string{msg.Subject},
+			protocol.HeaderRejectKind:    []string{v.kind},
+			protocol.HeaderRejectError:   []string{v.reason},
+			protocol.HeaderRejectSubject: []string{msg.Subject},
 		}}
 		if err := w.nc.PublishMsg(dl); err != nil {
 			w.logThrottled(slog.LevelWarn, "dead-letter publish failed", slog.String("subject", w.cfg.DeadLetterSubject), slog.Any("err", err))
 		}
 	}
-}
-
-// parseNodeToken parses a subject's node id token: canonical decimal, no
-// sign, no leading zeros, within uint64.
-func parseNodeToken(s string) (uint64, bool) {
-	if s == "" || (len(s) > 1 && s[0] == '0') {
-		return 0, false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-	}
-	id, err := strconv.ParseUint(s, 10, 64)
-	return id, err == nil
 }

@@ -16,6 +16,7 @@ import (
 	"flowstate/flowstate"
 	"flowstate/internal/natstest"
 	"flowstate/kv"
+	"flowstate/protocol"
 )
 
 func TestMain(m *testing.M) {
@@ -90,7 +91,7 @@ func ack(tb testing.TB, nc *nats.Conn, node uint64, body []byte) uint64 {
 	tb.Helper()
 	msg := send(tb, nc, subject(node), body)
 	require.Empty(tb, msg.Header.Get("Nats-Service-Error"), "report rejected")
-	rev, err := strconv.ParseUint(msg.Header.Get(consumer.HeaderRevision), 10, 64)
+	rev, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderRevision), 10, 64)
 	require.NoError(tb, err)
 	return rev
 }
@@ -105,7 +106,7 @@ func get(tb testing.TB, nc *nats.Conn, asJSON bool) ([]byte, uint64, string) {
 	msg, err := nc.RequestMsg(req, wait)
 	require.NoError(tb, err)
 	require.Empty(tb, msg.Header.Get("Nats-Service-Error"), "get failed")
-	rev, err := strconv.ParseUint(msg.Header.Get(consumer.HeaderRevision), 10, 64)
+	rev, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderRevision), 10, 64)
 	require.NoError(tb, err)
-	return msg.Data, rev, msg.Header.Get(consumer.HeaderEpoch)
+	return msg.Data, rev, msg.Header.Get(protocol.HeaderEpoch)
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"flowstate/protocol"
+
 	"github.com/nats-io/nats.go/micro"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -52,11 +54,11 @@ func (w *Worker) handleNodes(req micro.Request) {
 	w.epochsMu.Unlock()
 	h := versionHeader(v)
 	var body []byte
-	if wantsJSON(req.Headers().Get(HeaderAccept)) {
-		h.Set(HeaderContentType, ContentTypeJSON)
+	if wantsJSON(req.Headers().Get(protocol.HeaderAccept)) {
+		h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
 		body, err = json.Marshal(view)
 	} else {
-		h.Set(HeaderContentType, ContentTypeMsgpack)
+		h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
 		body, err = msgpack.Marshal(view)
 	}
 	if err != nil {

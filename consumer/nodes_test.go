@@ -13,6 +13,7 @@ import (
 	"flowstate/codec"
 	"flowstate/consumer"
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 func TestNodesViewListsEachNodeWithEpochTimeAndFlows(t *testing.T) {
@@ -26,7 +27,7 @@ func TestNodesViewListsEachNodeWithEpochTimeAndFlows(t *testing.T) {
 	req.Header.Set("Accept", "application/json")
 	msg, err := f.nc.RequestMsg(req, wait)
 	require.NoError(t, err)
-	assert.Equal(t, consumer.ContentTypeJSON, msg.Header.Get(consumer.HeaderContentType))
+	assert.Equal(t, protocol.ContentTypeJSON, msg.Header.Get(protocol.HeaderContentType))
 	var view []consumer.NodeView
 	require.NoError(t, json.Unmarshal(msg.Data, &view))
 	require.Len(t, view, 2)
@@ -41,7 +42,7 @@ func TestNodesViewListsEachNodeWithEpochTimeAndFlows(t *testing.T) {
 
 	msg, err = f.nc.Request("flow.state.nodes", nil, wait)
 	require.NoError(t, err)
-	assert.Equal(t, consumer.ContentTypeMsgpack, msg.Header.Get(consumer.HeaderContentType))
+	assert.Equal(t, protocol.ContentTypeMsgpack, msg.Header.Get(protocol.HeaderContentType))
 	var packed []consumer.NodeView
 	require.NoError(t, msgpack.Unmarshal(msg.Data, &packed))
 	assert.Equal(t, view, packed)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // coalescer turns a stream of "the aggregate changed" signals into calls of
@@ -111,7 +112,7 @@ func (w *Worker) publishState() {
 			return nil
 		}
 		h := versionHeader(v)
-		h.Set(HeaderContentType, ContentTypeMsgpack)
+		h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
 		if err := w.nc.PublishMsg(&nats.Msg{Subject: w.stateSubject, Header: h, Data: body}); err != nil {
 			return err
 		}

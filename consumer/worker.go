@@ -14,6 +14,7 @@ import (
 
 	"flowstate/codec"
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // errorLevel is the level of failures that need an operator.
@@ -99,7 +100,7 @@ func (w *Worker) Start() error {
 		return fmt.Errorf("consumer: set pending limits: %w", err)
 	}
 	svc, err := micro.AddService(w.nc, micro.Config{
-		Name:        ServiceName,
+		Name:        protocol.ServiceName,
 		Version:     w.cfg.Version,
 		Description: "Live state of stream-processing flows, aggregated from flownode heartbeats",
 		QueueGroup:  w.cfg.Queue,

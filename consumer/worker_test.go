@@ -15,6 +15,7 @@ import (
 	"flowstate/codec"
 	"flowstate/consumer"
 	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 func TestWorkerAcksAfterApplyingSoGetSeesTheReport(t *testing.T) {
@@ -39,7 +40,7 @@ func TestWorkerGetEncodesMsgpackByDefault(t *testing.T) {
 
 	msg, err := f.nc.Request("flow.state.get", nil, wait)
 	require.NoError(t, err)
-	assert.Equal(t, consumer.ContentTypeMsgpack, msg.Header.Get(consumer.HeaderContentType))
+	assert.Equal(t, protocol.ContentTypeMsgpack, msg.Header.Get(protocol.HeaderContentType))
 	want := flowstate.FlowStateValue{
 		StateSize:       map[flowstate.FlowID]uint64{2: 6, 10: 5},
 		LastExecTimeMap: map[flowstate.FlowID]int64{2: 8, 10: 7},
@@ -112,8 +113,8 @@ func TestWorkerPublishesEveryChangeWithHeadersAtIntervalZero(t *testing.T) {
 	for i := range 5 {
 		msg, err := updates.NextMsg(wait)
 		require.NoError(t, err)
-		assert.Equal(t, consumer.ContentTypeMsgpack, msg.Header.Get(consumer.HeaderContentType))
-		assert.Equal(t, strconv.FormatUint(revs[i], 10), msg.Header.Get(consumer.HeaderRevision))
+		assert.Equal(t, protocol.ContentTypeMsgpack, msg.Header.Get(protocol.HeaderContentType))
+		assert.Equal(t, strconv.FormatUint(revs[i], 10), msg.Header.Get(protocol.HeaderRevision))
 		v, err := codec.DecodeAggregate(msg.Data)
 		require.NoError(t, err)
 		assert.Equal(t, uint64(i), v.StateSize[1])
@@ -142,7 +143,7 @@ func TestWorkerPublishesTheLastStateAfterABurst(t *testing.T) {
 		msg, err := updates.NextMsg(wait)
 		require.NoError(t, err, "the trailing update never came")
 		n++
-		if msg.Header.Get(consumer.HeaderRevision) == strconv.FormatUint(last, 10) {
+		if msg.Header.Get(protocol.HeaderRevision) == strconv.FormatUint(last, 10) {
 			assert.Equal(t, want, msg.Data)
 			break
 		}
@@ -257,8 +258,8 @@ func TestWorkerDeadLettersRejectedReportsWithTheReason(t *testing.T) {
 	msg, err := dead.NextMsg(wait)
 	require.NoError(t, err)
 	assert.Equal(t, body, msg.Data)
-	assert.Equal(t, "subject_mismatch", msg.Header.Get(consumer.HeaderRejectKind))
-	assert.Contains(t, msg.Header.Get(consumer.HeaderRejectError), "node_id")
-	assert.Equal(t, subject(7), msg.Header.Get(consumer.HeaderRejectSubject))
+	assert.Equal(t, "subject_mismatch", msg.Header.Get(protocol.HeaderRejectKind))
+	assert.Contains(t, msg.Header.Get(protocol.HeaderRejectError), "node_id")
+	assert.Equal(t, subject(7), msg.Header.Get(protocol.HeaderRejectSubject))
 	assert.EqualValues(t, 1, f.worker.Stats().RejectedByReason["subject_mismatch"])
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"flowstate/client"
-	"flowstate/consumer"
+	"flowstate/protocol"
 )
 
 // defaultCLIURL is where the subcommands find NATS by default.
@@ -40,7 +40,7 @@ func newCLICommand(name, synopsis, about, example string) *cliCommand {
 		fs: flag.NewFlagSet("worker "+name, flag.ContinueOnError)}
 	c.fs.SetOutput(io.Discard)
 	c.fs.StringVar(&c.natsURL, "nats-url", defaultCLIURL, "NATS server or cluster to connect to (comma-separated `URL`s)")
-	c.fs.StringVar(&c.prefix, "prefix", consumer.DefaultPrefix, "subject `prefix` the worker serves")
+	c.fs.StringVar(&c.prefix, "prefix", protocol.DefaultPrefix, "subject `prefix` the worker serves")
 	c.fs.DurationVar(&c.timeout, "timeout", client.DefaultTimeout, "bound on connecting and on each request")
 	c.envs = map[string]string{"nats-url": envName("nats-url"), "prefix": envName("prefix")}
 	for _, f := range []struct {

@@ -13,6 +13,7 @@ import (
 
 	"flowstate/consumer"
 	"flowstate/kv"
+	"flowstate/protocol"
 )
 
 // Config is the worker's configuration: PROTOCOL.md's command line.
@@ -56,8 +57,8 @@ var errHelp = flag.ErrHelp
 func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) (Config, error) {
 	c := Config{
 		Listen:          "127.0.0.1:4222",
-		Prefix:          consumer.DefaultPrefix,
-		Queue:           consumer.DefaultQueue,
+		Prefix:          protocol.DefaultPrefix,
+		Queue:           protocol.DefaultQueue,
 		PublishInterval: consumer.DefaultPublishInterval,
 		MaxFlows:        consumer.DefaultMaxFlows,
 		KV:              "memory",

@@ -73,19 +73,19 @@ type Manager struct {
 	// mu serialises every operation, as the seed's merge lock does, and
 	// guards all fields below.
 	mu       sync.Mutex
-	epoch    string              // epoch of the store that nodes and flows mirror; "" before the first look
-	rev      uint64              // revision of the last applied write in epoch
-	nodes    map[uint64]*node    // each node's last report
-	flows    map[FlowID]*aggFlow // per flow: the nodes reporting it and their max
-	order    []*aggFlow          // flows sorted by ID; nil when it must be rebuilt
-	override []Flow              // the value of the last Put, until the next Merge; nil if none
-	dirty    bool                // the aggregate key lags behind the aggregate
+	epoch    string               // epoch of the store that nodes and flows mirror; "" before the first look
+	rev      uint64               // revision of the last applied write in epoch
+	nodes    map[uint64]*node     // each node's last report
+	flows    map[FlowID]*mAggFlow // per flow: the nodes reporting it and their max
+	order    []*mAggFlow          // flows sorted by ID; nil when it must be rebuilt
+	override []Flow               // the value of the last Put, until the next Merge; nil if none
+	dirty    bool                 // the aggregate key lags behind the aggregate
 
 	// Scratch space reused by Merge so that a steady stream of reports does
 	// not allocate.
 	buf       []byte
 	spare     []Flow
-	spareAggs []*aggFlow
+	spareAggs []*mAggFlow
 	agg       []Flow // the aggregate being written by flushLocked; never a node's report
 	index     map[FlowID]int
 }
@@ -93,22 +93,22 @@ type Manager struct {
 // node is one node's last report.
 type node struct {
 	key   string
-	seen  time.Time  // when its last report was applied
-	flows []Flow     // sorted by ID, only flows with at least one field
-	aggs  []*aggFlow // aggs[i] is the entry of flows[i] in Manager.flows
+	seen  time.Time   // when its last report was applied
+	flows []Flow      // sorted by ID, only flows with at least one field
+	aggs  []*mAggFlow // aggs[i] is the entry of flows[i] in Manager.flows
 }
 
-// aggFlow is one flow of the aggregate: every node's contribution to it, and
+// mAggFlow is one flow of the aggregate: every node's contribution to it, and
 // their per-field max.
-type aggFlow struct {
+type mAggFlow struct {
 	agg Flow
 	// contribs is usually one (a flow runs on one flownode), held in first
 	// so that it shares agg's memory.
-	contribs []contrib
-	first    [1]contrib
+	contribs []mContrib
+	first    [1]mContrib
 }
 
-type contrib struct {
+type mContrib struct {
 	node uint64
 	flow Flow
 }
@@ -122,7 +122,7 @@ func NewManager(store kv.Store, opts Options) *Manager {
 		store: store,
 		opts:  opts,
 		nodes: make(map[uint64]*node),
-		flows: make(map[FlowID]*aggFlow),
+		flows: make(map[FlowID]*mAggFlow),
 		index: make(map[FlowID]int),
 	}
 }
@@ -224,7 +224,7 @@ func (m *Manager) applyLocked(nodeID uint64, n *node, incoming []Flow) bool {
 			changed = m.removeLocked(nodeID, n.aggs[i]) || changed
 			i++
 		default:
-			var a *aggFlow
+			var a *mAggFlow
 			if i < len(old) && old[i].ID == incoming[j].ID {
 				a = n.aggs[i]
 				i++
@@ -241,7 +241,7 @@ func (m *Manager) applyLocked(nodeID uint64, n *node, incoming []Flow) bool {
 }
 
 // removeLocked removes node's contribution to a.
-func (m *Manager) removeLocked(nodeID uint64, a *aggFlow) bool {
+func (m *Manager) removeLocked(nodeID uint64, a *mAggFlow) bool {
 	for k := range a.contribs {
 		if a.contribs[k].node == nodeID {
 			a.contribs = slices.Delete(a.contribs, k, k+1)
@@ -253,18 +253,18 @@ func (m *Manager) removeLocked(nodeID uint64, a *aggFlow) bool {
 		m.order = nil
 		return true
 	}
-	return a.recompute()
+	return a.recomputeOld()
 }
 
 // upsertLocked sets node's contribution to flow f.ID to f and returns the
 // flow's entry. a is that entry if the caller knows it, or nil.
-func (m *Manager) upsertLocked(nodeID uint64, a *aggFlow, f Flow) (*aggFlow, bool) {
+func (m *Manager) upsertLocked(nodeID uint64, a *mAggFlow, f Flow) (*mAggFlow, bool) {
 	if a == nil {
 		a = m.flows[f.ID]
 	}
 	if a == nil {
-		a = &aggFlow{agg: f}
-		a.first[0] = contrib{node: nodeID, flow: f}
+		a = &mAggFlow{agg: f}
+		a.first[0] = mContrib{node: nodeID, flow: f}
 		a.contribs = a.first[:1:1]
 		m.flows[f.ID] = a
 		m.order = nil
@@ -279,14 +279,14 @@ func (m *Manager) upsertLocked(nodeID uint64, a *aggFlow, f Flow) (*aggFlow, boo
 		}
 	}
 	if !found {
-		a.contribs = append(a.contribs, contrib{node: nodeID, flow: f})
+		a.contribs = append(a.contribs, mContrib{node: nodeID, flow: f})
 	}
-	return a, a.recompute()
+	return a, a.recomputeOld()
 }
 
 // recompute sets a.agg to the per-field max over a's contributions and
 // reports whether it changed.
-func (a *aggFlow) recompute() bool {
+func (a *mAggFlow) recomputeOld() bool {
 	agg := Flow{ID: a.agg.ID}
 	for _, c := range a.contribs {
 		f := &c.flow
@@ -340,11 +340,11 @@ func (m *Manager) appendAggregateLocked(dst []Flow) []Flow {
 		return append(dst, m.override...)
 	}
 	if m.order == nil {
-		m.order = make([]*aggFlow, 0, len(m.flows))
+		m.order = make([]*mAggFlow, 0, len(m.flows))
 		for _, a := range m.flows {
 			m.order = append(m.order, a)
 		}
-		slices.SortFunc(m.order, func(a, b *aggFlow) int { return cmpID(a.agg.ID, b.agg.ID) })
+		slices.SortFunc(m.order, func(a, b *mAggFlow) int { return cmpID(a.agg.ID, b.agg.ID) })
 	}
 	for _, a := range m.order {
 		dst = append(dst, a.agg)

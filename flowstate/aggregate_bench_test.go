@@ -1,0 +1,51 @@
+package flowstate_test
+
+import (
+	"fmt"
+	"testing"
+
+	"flowstate/flowstate"
+)
+
+// BenchmarkAggregateShared measures one report of 10,000 flows when nodes
+// nodes report the same 10,000 flows (a flow spread over many flownodes):
+// the cost of a report must grow with its own flows, and at most
+// logarithmically with the nodes that share them. Every report changes
+// every flow's values, and moves the max of state_size to its node.
+func BenchmarkAggregateShared(b *testing.B) {
+	const flows = 10_000
+	for _, nodes := range []int{1, 100, 2000} {
+		b.Run(fmt.Sprintf("nodes=%d/flows=%d", nodes, flows), func(b *testing.B) {
+			a := flowstate.NewAggregate()
+			report := make([]flowstate.Flow, flows)
+			fill := func(node, round int) {
+				for i := range report {
+					report[i] = flowstate.Flow{
+						ID:           flowstate.FlowID(i),
+						Has:          flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime,
+						StateSize:    uint64(round*nodes + node),
+						LastExecTime: int64(node*7919%nodes + round),
+						StartTime:    int64(node),
+					}
+				}
+			}
+			for node := range nodes {
+				fill(node, 0)
+				a.Apply(uint64(node), report)
+			}
+			var changes []flowstate.Flow
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				node, round := i%nodes, i/nodes+1
+				i++
+				b.StopTimer()
+				fill(node, round)
+				b.StartTimer()
+				a.Apply(uint64(node), report)
+			}
+			changes, _ = a.TakeChanges(changes, flows)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/flows, "ns/flow")
+		})
+	}
+}

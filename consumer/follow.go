@@ -1,39 +1,35 @@
 package consumer
 
-// With a manager that follows a shared store (flowstate.Manager.Follow),
-// changes come from every worker's reports, through the store's watch, and
-// only the worker that holds the publisher lease publishes: the manager
-// signals its changes, and its Flush refuses (flowstate.ErrNotPublisher) on
-// the others, which then publish nothing. A worker that becomes the
-// publisher is signalled too, and publishes its state at once.
+import (
+	"context"
+	"time"
 
-// forwardChanges kicks the publisher on every change the manager signals,
-// until stopForwarding. It does nothing when the manager does not follow a
-// store: then the heartbeat handler kicks the publisher itself.
-func (w *Worker) forwardChanges() {
-	changes := w.mgr.Changes()
-	if changes == nil {
-		return
-	}
-	w.fwdStop, w.fwdDone = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(w.fwdDone)
-		for {
-			select {
-			case <-changes:
-				w.pub.changed()
-			case <-w.fwdStop:
-				return
-			}
-		}
-	}()
+	"flowstate/flowstate"
+)
+
+// State is what the worker needs of the flow state: a flowstate.Manager
+// (a store of this process) or a flowstate.Replica (a shared store, whose
+// changes come from every worker's reports through the store's watch, and
+// whose Flush refuses with flowstate.ErrNotPublisher on every worker but
+// the publisher, which then publish nothing).
+type State interface {
+	MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error)
+	Snapshot(ctx context.Context, dst []flowstate.Flow) (flowstate.Snapshot, error)
+	Version(ctx context.Context) (flowstate.Version, error)
+	Sync(ctx context.Context) error
+	Flush(ctx context.Context) error
+	Nodes(ctx context.Context) ([]flowstate.NodeInfo, flowstate.Version, error)
+	EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, flowstate.MergeResult, error)
+	Size() (nodes, flows int)
+	Loaded() bool
 }
 
-// stopForwarding stops forwardChanges and waits for it.
-func (w *Worker) stopForwarding() {
-	if w.fwdStop == nil {
-		return
-	}
-	close(w.fwdStop)
-	<-w.fwdDone
-}
+var (
+	_ State = (*flowstate.Manager)(nil)
+	_ State = (*flowstate.Replica)(nil)
+)
+
+// StateChanged tells the worker that the state changed other than through
+// its own reports (a Replica's OnChange: another worker's report, or this
+// worker became the publisher): it publishes at its next interval.
+func (w *Worker) StateChanged() { w.pub.changed() }

@@ -38,8 +38,8 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 			w.stats.acked.Add(1)
 		}
 	}
-	if res.Changed && !w.mgr.Following() {
-		w.pub.changed() // a following manager signals its changes itself
+	if res.Changed {
+		w.pub.changed()
 	}
 }
 

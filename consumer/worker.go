@@ -24,7 +24,7 @@ const errorLevel = slog.LevelError
 // then Start it; Shutdown stops it.
 type Worker struct {
 	nc  *nats.Conn
-	mgr *flowstate.Manager
+	mgr State
 	cfg Config
 	log *slog.Logger
 
@@ -37,8 +37,6 @@ type Worker struct {
 	sub *nats.Subscription
 	svc micro.Service
 	pub *coalescer
-
-	fwdStop, fwdDone chan struct{} // forwardChanges (follow.go); nil if not running
 
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
@@ -62,7 +60,7 @@ type Worker struct {
 
 // New returns a Worker that will serve mgr's state on nc. It does no I/O;
 // the connection stays the caller's, who closes it after Shutdown.
-func New(nc *nats.Conn, mgr *flowstate.Manager, cfg Config) (*Worker, error) {
+func New(nc *nats.Conn, mgr State, cfg Config) (*Worker, error) {
 	if nc == nil || mgr == nil {
 		return nil, errors.New("consumer: a connection and a manager are required")
 	}
@@ -131,7 +129,6 @@ func (w *Worker) Start() error {
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
-	w.forwardChanges()
 	if w.cfg.NodeTTL > 0 {
 		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
 		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)
@@ -171,7 +168,6 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		close(w.evictStop)
 		<-w.evictDone
 	}
-	w.stopForwarding()
 	w.pub.close()
 	if err := w.svc.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop service: %w", err))

@@ -1,5 +1,7 @@
 package flowstate
 
+import "context"
+
 // Delta is what changed in the aggregate between two published versions
 // (PROTOCOL.md v2, flow.state.delta).
 type Delta struct {
@@ -16,4 +18,40 @@ type Delta struct {
 	// tracked, or this worker has just started publishing): Flows is empty
 	// and clients must take a snapshot.
 	Resync bool
+}
+
+// minDeltaFlows is the least number of changed flows a Delta carries
+// before it asks for a resync; past it, half the aggregate's flows.
+const minDeltaFlows = 1024
+
+// deltaLimit is the most changed flows a Delta carries for an aggregate of
+// flows flows.
+func deltaLimit(flows int) int { return max(minDeltaFlows, flows/2) }
+
+// takeDelta takes the changes of agg since the last Delta into d, with dst's
+// memory. resync forces a resync.
+func takeDelta(agg *Aggregate, d *Delta, dst []Flow, resync bool) {
+	_, n := agg.Len()
+	flows, ok := agg.TakeChanges(dst, deltaLimit(n))
+	d.Flows, d.Resync = flows, resync || !ok
+	if d.Resync {
+		d.Flows = flows[:0]
+	}
+}
+
+// Delta returns what changed in the aggregate since the previous Delta of
+// this epoch, with dst's memory: the cost grows with the number of flows
+// that changed. It asks clients to resync after a Put, or when more than
+// half the aggregate (at least 1,024 flows) changed.
+func (m *Manager) Delta(ctx context.Context, dst []Flow) (Delta, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.syncEpochLocked(ctx); err != nil {
+		return Delta{}, err
+	}
+	d := Delta{Version: Version{Epoch: m.epoch, Revision: m.rev}, Base: m.deltaBase}
+	takeDelta(m.agg, &d, dst, m.resync)
+	m.resync = false
+	m.deltaBase = m.rev
+	return d, nil
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"flowstate/kv"
@@ -55,14 +53,17 @@ type Options struct {
 	// Now tells the time of a report, for Nodes and EvictSilent; nil means
 	// time.Now.
 	Now func() time.Time
+	// Limits bound the state: a report that would pass one is refused with
+	// a *CapacityError, and nothing is written. Zero: no limit.
+	Limits Limits
 }
 
-// Manager keeps the aggregate of every node's last report. See the package
+// Manager keeps the aggregate of every node's last report in a kv.Store
+// that this process owns, with the seed's semantics. See the package
 // documentation for its rules.
 type Manager struct {
-	store  kv.Store
-	opts   Options
-	follow atomic.Pointer[follower] // set by Follow (follow.go)
+	store kv.Store
+	opts  Options
 
 	// flushMu serialises the writes of the aggregate key that Flush makes
 	// outside mu, and guards flushFlows and flushBuf. Taken before mu.
@@ -72,45 +73,28 @@ type Manager struct {
 
 	// mu serialises every operation, as the seed's merge lock does, and
 	// guards all fields below.
-	mu       sync.Mutex
-	epoch    string               // epoch of the store that nodes and flows mirror; "" before the first look
-	rev      uint64               // revision of the last applied write in epoch
-	nodes    map[uint64]*node     // each node's last report
-	flows    map[FlowID]*mAggFlow // per flow: the nodes reporting it and their max
-	order    []*mAggFlow          // flows sorted by ID; nil when it must be rebuilt
-	override []Flow               // the value of the last Put, until the next Merge; nil if none
-	dirty    bool                 // the aggregate key lags behind the aggregate
+	mu        sync.Mutex
+	epoch     string               // epoch of the store that agg mirrors; "" before the first look
+	rev       uint64               // revision of the last applied write in epoch
+	agg       *Aggregate           // every node's last report
+	nodes     map[uint64]*nodeMeta // per node of agg: its key and when it reported
+	override  []Flow               // the value of the last Put, until the next Merge; nil if none
+	dirty     bool                 // the aggregate key lags behind the aggregate
+	deltaBase uint64               // revision of the last Delta taken in epoch; 0: none
+	resync    bool                 // the next Delta must make clients resync
 
 	// Scratch space reused by Merge so that a steady stream of reports does
 	// not allocate.
-	buf       []byte
-	spare     []Flow
-	spareAggs []*mAggFlow
-	agg       []Flow // the aggregate being written by flushLocked; never a node's report
-	index     map[FlowID]int
+	buf   []byte
+	spare []Flow
+	out   []Flow // the aggregate being written by flushLocked
+	index map[FlowID]int
 }
 
-// node is one node's last report.
-type node struct {
-	key   string
-	seen  time.Time   // when its last report was applied
-	flows []Flow      // sorted by ID, only flows with at least one field
-	aggs  []*mAggFlow // aggs[i] is the entry of flows[i] in Manager.flows
-}
-
-// mAggFlow is one flow of the aggregate: every node's contribution to it, and
-// their per-field max.
-type mAggFlow struct {
-	agg Flow
-	// contribs is usually one (a flow runs on one flownode), held in first
-	// so that it shares agg's memory.
-	contribs []mContrib
-	first    [1]mContrib
-}
-
-type mContrib struct {
-	node uint64
-	flow Flow
+// nodeMeta is what a Manager keeps of a node beside its report.
+type nodeMeta struct {
+	key  string
+	seen time.Time // when its last report was applied
 }
 
 // NewManager returns a Manager that keeps its keys in store.
@@ -121,8 +105,8 @@ func NewManager(store kv.Store, opts Options) *Manager {
 	return &Manager{
 		store: store,
 		opts:  opts,
-		nodes: make(map[uint64]*node),
-		flows: make(map[FlowID]*mAggFlow),
+		agg:   NewAggregate(),
+		nodes: make(map[uint64]*nodeMeta),
 		index: make(map[FlowID]int),
 	}
 }
@@ -131,11 +115,9 @@ func NewManager(store kv.Store, opts Options) *Manager {
 // report whole (an empty value removes all of its flows) and stores it under
 // NodeKey(nodeID). Unless Options.DeferAggregateWrite is set, it then writes
 // the aggregate under StateKey before it returns, as the seed does. It does
-// not retain v.
+// not retain v. A report that would take the state past Options.Limits is
+// refused with a *CapacityError, before anything is written.
 func (m *Manager) Merge(ctx context.Context, nodeID uint64, v FlowStateValue) (MergeResult, error) {
-	if f := m.follow.Load(); f != nil {
-		return f.merge(ctx, nodeID, v.Flows())
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.spare = v.appendFlows(m.spare[:0], m.index)
@@ -146,27 +128,33 @@ func (m *Manager) Merge(ctx context.Context, nodeID uint64, v FlowStateValue) (M
 // (ErrUnsortedFlows otherwise). Flows with no field present are ignored. It
 // does not retain flows. It is the allocation-free path for decoders.
 func (m *Manager) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (MergeResult, error) {
-	for i := 1; i < len(flows); i++ {
-		if flows[i].ID <= flows[i-1].ID {
-			return MergeResult{}, ErrUnsortedFlows
-		}
-	}
-	if f := m.follow.Load(); f != nil {
-		return f.merge(ctx, nodeID, flows)
+	if err := checkSorted(flows); err != nil {
+		return MergeResult{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.spare = append(m.spare[:0], flows...)
-	return m.mergeLocked(ctx, nodeID, m.spare)
+	return m.mergeLocked(ctx, nodeID, flows)
 }
 
-// mergeLocked applies incoming, which is m.spare.
+// checkSorted returns ErrUnsortedFlows unless flows are sorted by ID, each
+// ID once.
+func checkSorted(flows []Flow) error {
+	for i := 1; i < len(flows); i++ {
+		if flows[i].ID <= flows[i-1].ID {
+			return ErrUnsortedFlows
+		}
+	}
+	return nil
+}
+
 func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flow) (MergeResult, error) {
-	incoming = slices.DeleteFunc(incoming, func(f Flow) bool { return f.Has == 0 })
-	n := m.nodes[nodeID]
+	if err := m.agg.Check(nodeID, incoming, m.opts.Limits); err != nil {
+		return MergeResult{}, err
+	}
+	meta := m.nodes[nodeID]
 	key := ""
-	if n != nil {
-		key = n.key
+	if meta != nil {
+		key = meta.key
 	} else {
 		key = NodeKey(nodeID)
 	}
@@ -177,15 +165,15 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	}
 	if rev.Epoch != m.epoch {
 		m.resetLocked(rev.Epoch)
-		n = nil
+		meta = nil
 	}
-	if n == nil {
-		n = &node{key: key}
-		m.nodes[nodeID] = n
+	if meta == nil {
+		meta = &nodeMeta{key: key}
+		m.nodes[nodeID] = meta
 	}
-	changed := m.applyLocked(nodeID, n, incoming)
+	changed := m.agg.Apply(nodeID, incoming)
 	if m.override != nil {
-		m.override = nil
+		m.override, m.resync = nil, true
 		changed = true
 	}
 	if m.rev == 0 {
@@ -193,9 +181,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 		// the seed's get turns from None to Some and its key is written.
 		changed = true
 	}
-	// Keep the report, and keep the old slice's memory as the next spare.
-	n.flows, m.spare = incoming, n.flows[:0]
-	n.seen = m.opts.Now()
+	meta.seen = m.opts.Now()
 	m.rev = rev.Seq
 	if changed {
 		m.dirty = true
@@ -209,121 +195,19 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	return res, nil
 }
 
-// applyLocked moves node n's contributions from its last report, n.flows, to
-// incoming (both sorted by ID), sets n.aggs to match incoming and reports
-// whether the aggregate changed. It touches only the flows of the two
-// reports, and looks up in m.flows only those that n did not report before.
-func (m *Manager) applyLocked(nodeID uint64, n *node, incoming []Flow) bool {
-	old := n.flows
-	aggs := m.spareAggs[:0]
-	changed := false
-	i, j := 0, 0
-	for i < len(old) || j < len(incoming) {
-		switch {
-		case j == len(incoming) || (i < len(old) && old[i].ID < incoming[j].ID):
-			changed = m.removeLocked(nodeID, n.aggs[i]) || changed
-			i++
-		default:
-			var a *mAggFlow
-			if i < len(old) && old[i].ID == incoming[j].ID {
-				a = n.aggs[i]
-				i++
-			}
-			a, c := m.upsertLocked(nodeID, a, incoming[j])
-			aggs = append(aggs, a)
-			changed = c || changed
-			j++
-		}
-	}
-	clear(n.aggs) // do not keep removed entries alive
-	n.aggs, m.spareAggs = aggs, n.aggs[:0]
-	return changed
-}
-
-// removeLocked removes node's contribution to a.
-func (m *Manager) removeLocked(nodeID uint64, a *mAggFlow) bool {
-	for k := range a.contribs {
-		if a.contribs[k].node == nodeID {
-			a.contribs = slices.Delete(a.contribs, k, k+1)
-			break
-		}
-	}
-	if len(a.contribs) == 0 {
-		delete(m.flows, a.agg.ID)
-		m.order = nil
-		return true
-	}
-	return a.recomputeOld()
-}
-
-// upsertLocked sets node's contribution to flow f.ID to f and returns the
-// flow's entry. a is that entry if the caller knows it, or nil.
-func (m *Manager) upsertLocked(nodeID uint64, a *mAggFlow, f Flow) (*mAggFlow, bool) {
-	if a == nil {
-		a = m.flows[f.ID]
-	}
-	if a == nil {
-		a = &mAggFlow{agg: f}
-		a.first[0] = mContrib{node: nodeID, flow: f}
-		a.contribs = a.first[:1:1]
-		m.flows[f.ID] = a
-		m.order = nil
-		return a, true
-	}
-	found := false
-	for k := range a.contribs {
-		if a.contribs[k].node == nodeID {
-			a.contribs[k].flow = f
-			found = true
-			break
-		}
-	}
-	if !found {
-		a.contribs = append(a.contribs, mContrib{node: nodeID, flow: f})
-	}
-	return a, a.recomputeOld()
-}
-
-// recompute sets a.agg to the per-field max over a's contributions and
-// reports whether it changed.
-func (a *mAggFlow) recomputeOld() bool {
-	agg := Flow{ID: a.agg.ID}
-	for _, c := range a.contribs {
-		f := &c.flow
-		if f.Has&HasStateSize != 0 && (agg.Has&HasStateSize == 0 || f.StateSize > agg.StateSize) {
-			agg.StateSize = f.StateSize
-		}
-		if f.Has&HasLastExecTime != 0 && (agg.Has&HasLastExecTime == 0 || f.LastExecTime > agg.LastExecTime) {
-			agg.LastExecTime = f.LastExecTime
-		}
-		if f.Has&HasStartTime != 0 && (agg.Has&HasStartTime == 0 || f.StartTime > agg.StartTime) {
-			agg.StartTime = f.StartTime
-		}
-		agg.Has |= f.Has
-	}
-	if agg == a.agg {
-		return false
-	}
-	a.agg = agg
-	return true
-}
-
 // resetLocked forgets everything: the store is at a new epoch.
 func (m *Manager) resetLocked(epoch string) {
 	m.epoch = epoch
 	m.rev = 0
+	m.agg.Reset()
 	clear(m.nodes)
-	clear(m.flows)
-	m.order = nil
 	m.override = nil
 	m.dirty = false
+	m.deltaBase, m.resync = 0, false
 }
 
 // syncEpochLocked resets the manager if the store has started a new epoch.
 func (m *Manager) syncEpochLocked(ctx context.Context) error {
-	if f := m.follow.Load(); f != nil {
-		return f.checkLocked()
-	}
 	epoch, err := m.store.Epoch(ctx)
 	if err != nil {
 		return fmt.Errorf("flowstate: read store epoch: %w", err)
@@ -339,17 +223,7 @@ func (m *Manager) appendAggregateLocked(dst []Flow) []Flow {
 	if m.override != nil {
 		return append(dst, m.override...)
 	}
-	if m.order == nil {
-		m.order = make([]*mAggFlow, 0, len(m.flows))
-		for _, a := range m.flows {
-			m.order = append(m.order, a)
-		}
-		slices.SortFunc(m.order, func(a, b *mAggFlow) int { return cmpID(a.agg.ID, b.agg.ID) })
-	}
-	for _, a := range m.order {
-		dst = append(dst, a.agg)
-	}
-	return dst
+	return m.agg.AppendFlows(dst)
 }
 
 // Flush writes the aggregate under StateKey if it has changed since it was
@@ -358,9 +232,6 @@ func (m *Manager) appendAggregateLocked(dst []Flow) []Flow {
 // under the lock but encodes and writes it outside, so that merges do not
 // wait for an encoding that grows with the aggregate.
 func (m *Manager) Flush(ctx context.Context) error {
-	if f := m.follow.Load(); f != nil {
-		return f.flush(ctx)
-	}
 	m.flushMu.Lock()
 	defer m.flushMu.Unlock()
 	m.mu.Lock()
@@ -388,10 +259,7 @@ func (m *Manager) Flush(ctx context.Context) error {
 		if rev.Epoch != m.epoch {
 			m.resetLocked(rev.Epoch)
 		}
-		if _, err := m.store.Delete(ctx, StateKey); err != nil {
-			return fmt.Errorf("%w; removing the stale aggregate failed: %w", ErrStoreCleared, err)
-		}
-		return ErrStoreCleared
+		return m.deleteStaleLocked(ctx)
 	}
 	return nil
 }
@@ -400,8 +268,8 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 	if !m.dirty {
 		return nil
 	}
-	m.agg = m.appendAggregateLocked(m.agg[:0])
-	m.buf = AppendJSON(m.buf[:0], m.agg)
+	m.out = m.appendAggregateLocked(m.out[:0])
+	m.buf = AppendJSON(m.buf[:0], m.out)
 	rev, err := m.store.Put(ctx, StateKey, m.buf)
 	if err != nil {
 		return fmt.Errorf("flowstate: store aggregate: %w", err)
@@ -410,22 +278,25 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 		// The store was cleared after this epoch's reports were applied:
 		// what was just written belongs to nobody in the new epoch.
 		m.resetLocked(rev.Epoch)
-		if _, err := m.store.Delete(ctx, StateKey); err != nil {
-			return fmt.Errorf("%w; removing the stale aggregate failed: %w", ErrStoreCleared, err)
-		}
-		return ErrStoreCleared
+		return m.deleteStaleLocked(ctx)
 	}
 	m.dirty = false
 	return nil
+}
+
+// deleteStaleLocked removes an aggregate written into a new epoch, and
+// returns ErrStoreCleared.
+func (m *Manager) deleteStaleLocked(ctx context.Context) error {
+	if _, err := m.store.Delete(ctx, StateKey); err != nil {
+		return fmt.Errorf("%w; removing the stale aggregate failed: %w", ErrStoreCleared, err)
+	}
+	return ErrStoreCleared
 }
 
 // Put replaces the aggregate with v and writes it under StateKey, as the
 // seed's put does. The next Merge aggregates the nodes' reports again and
 // replaces it. Put returns the new version.
 func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
-	if m.follow.Load() != nil {
-		return Version{}, ErrFollowing
-	}
 	m.flushMu.Lock() // no Flush may write an older aggregate after this one
 	defer m.flushMu.Unlock()
 	m.mu.Lock()
@@ -441,7 +312,7 @@ func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
 	if rev.Epoch != m.epoch {
 		m.resetLocked(rev.Epoch)
 	}
-	m.override = flows
+	m.override, m.resync = flows, true
 	m.rev = rev.Seq
 	m.dirty = false
 	return Version{Epoch: m.epoch, Revision: m.rev}, nil
@@ -480,3 +351,10 @@ func (m *Manager) Version(ctx context.Context) (Version, error) {
 	}
 	return Version{Epoch: m.epoch, Revision: m.rev}, nil
 }
+
+// Sync does nothing: the Manager's state is its store's. It is there so
+// that a Manager and a Replica serve the same interface.
+func (m *Manager) Sync(context.Context) error { return nil }
+
+// Loaded reports true: a Manager's state is always served.
+func (m *Manager) Loaded() bool { return true }

@@ -1,6 +1,7 @@
 package flowstate
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -14,35 +15,42 @@ type NodeInfo struct {
 	Flows      int       // flows in its last report
 }
 
+// copyNodes copies agg's nodes, with the time of each one's last report,
+// unsorted: the caller holds its lock for this copy only.
+func copyNodes(agg *Aggregate, seen func(id uint64) time.Time) []NodeInfo {
+	n, _ := agg.Len()
+	out := make([]NodeInfo, 0, n)
+	for id, flows := range agg.Nodes() {
+		out = append(out, NodeInfo{ID: id, LastReport: seen(id), Flows: flows})
+	}
+	return out
+}
+
+// sortNodes sorts nodes by ID.
+func sortNodes(nodes []NodeInfo) {
+	slices.SortFunc(nodes, func(a, b NodeInfo) int { return cmp.Compare(a.ID, b.ID) })
+}
+
 // Nodes returns the nodes whose reports make up the aggregate, by ID, with
-// the version of the state.
+// the version of the state. It holds the lock only to copy them.
 func (m *Manager) Nodes(ctx context.Context) ([]NodeInfo, Version, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if err := m.syncEpochLocked(ctx); err != nil {
+		m.mu.Unlock()
 		return nil, Version{}, err
 	}
-	out := make([]NodeInfo, 0, len(m.nodes))
-	for id, n := range m.nodes {
-		out = append(out, NodeInfo{ID: id, LastReport: n.seen, Flows: len(n.flows)})
-	}
-	slices.SortFunc(out, func(a, b NodeInfo) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-	return out, Version{Epoch: m.epoch, Revision: m.rev}, nil
+	out := copyNodes(m.agg, func(id uint64) time.Time { return m.nodes[id].seen })
+	v := Version{Epoch: m.epoch, Revision: m.rev}
+	m.mu.Unlock()
+	sortNodes(out)
+	return out, v, nil
 }
 
 // Size returns the number of nodes and of flows in the aggregate.
 func (m *Manager) Size() (nodes, flows int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.nodes), len(m.flows)
+	return m.agg.Len()
 }
 
 // EvictSilent removes every node whose last report was applied before
@@ -50,9 +58,6 @@ func (m *Manager) Size() (nodes, flows int) {
 // that stopped reporting no longer holds its flows in the aggregate. It
 // returns the evicted nodes and the result of the last eviction.
 func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, MergeResult, error) {
-	if f := m.follow.Load(); f != nil {
-		return f.evict(ctx, cutoff)
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.syncEpochLocked(ctx); err != nil {
@@ -60,11 +65,11 @@ func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 	}
 	var evicted []uint64
 	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}}
-	for id, n := range m.nodes {
-		if !n.seen.Before(cutoff) {
+	for id, meta := range m.nodes {
+		if !meta.seen.Before(cutoff) {
 			continue
 		}
-		rev, err := m.store.Delete(ctx, n.key)
+		rev, err := m.store.Delete(ctx, meta.key)
 		if err != nil {
 			return evicted, res, fmt.Errorf("flowstate: evict node %d: %w", id, err)
 		}
@@ -72,8 +77,8 @@ func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 			m.resetLocked(rev.Epoch) // the store was cleared: nothing left to evict
 			return evicted, MergeResult{Version: Version{Epoch: m.epoch}}, nil
 		}
-		if m.applyLocked(id, n, nil) || m.override != nil {
-			m.override = nil
+		if m.agg.Remove(id) || m.override != nil {
+			m.override, m.resync = nil, m.resync || m.override != nil
 			m.dirty = true
 			res.Changed = true
 		}

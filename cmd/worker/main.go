@@ -95,7 +95,11 @@ type Main struct {
 	closed <-chan struct{}
 	worker *consumer.Worker
 	store  kv.Store
-	mgr    *flowstate.Manager
+	mgr    *flowstate.Replica // with --kv jetstream, else nil
+
+	workerRef   atomic.Pointer[consumer.Worker] // m.worker, for the replica's OnChange
+	stopReplica context.CancelFunc              // ends the replica's Run
+	replicaDone chan error                      // the replica's Run returned
 
 	stopMetrics func()
 	metricsAddr string      // where metrics are served, once Run has started them
@@ -145,6 +149,10 @@ func (m *Main) Run() error {
 		return err
 	}
 	m.worker = w
+	m.workerRef.Store(w)
+	if m.mgr != nil {
+		w.StateChanged() // a change signalled before the worker existed
+	}
 	if m.Config.MetricsAddr != "" {
 		stop, addr, err := serveMetrics(context.Background(), m.Config.MetricsAddr, m.newStatsCollector(w), latency, m.Log)
 		if err != nil {
@@ -184,9 +192,9 @@ func (m *Main) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if m.mgr != nil {
+	if m.stopReplica != nil {
 		// Hands the publisher lease over to another worker at once.
-		if err := m.mgr.StopFollowing(ctx); err != nil {
+		if err := m.closeReplica(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -215,10 +223,10 @@ func (m *Main) Close(ctx context.Context) error {
 // jetStreamStartTimeout bounds the wait for JetStream at start-up.
 const jetStreamStartTimeout = 15 * time.Second
 
-// openState returns the manager of the configured backend: an in-memory
-// store, or a JetStream bucket that the manager follows with the other
-// workers.
-func (m *Main) openState(nc *nats.Conn) (*flowstate.Manager, error) {
+// openState returns the state of the configured backend: a Manager on an
+// in-memory store, or a Replica of a JetStream bucket that the workers
+// share, running until Close and loaded.
+func (m *Main) openState(nc *nats.Conn) (consumer.State, error) {
 	if m.Config.KV != "jetstream" {
 		m.store = kv.NewMemory()
 		return flowstate.NewManager(m.store, flowstate.Options{DeferAggregateWrite: m.Config.PublishInterval > 0}), nil
@@ -235,12 +243,37 @@ func (m *Main) openState(nc *nats.Conn) (*flowstate.Manager, error) {
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
 	}
 	m.store = js
-	mgr := flowstate.NewManager(js, flowstate.Options{DeferAggregateWrite: true})
-	if err := mgr.Follow(ctx, flowstate.FollowOptions{ID: workerID(), Logger: m.Log}); err != nil {
+	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{ID: workerID(), Logger: m.Log, OnChange: func() {
+		if w := m.workerRef.Load(); w != nil {
+			w.StateChanged()
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	m.mgr, m.stopReplica, m.replicaDone = replica, stop, make(chan error, 1)
+	go func() { m.replicaDone <- replica.Run(runCtx) }()
+	if err := replica.WaitLoaded(ctx); err != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		_ = m.closeReplica(cctx) // leave nothing running
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
 	}
-	m.mgr = mgr
-	return mgr, nil
+	return replica, nil
+}
+
+// closeReplica ends the replica's Run (it releases the publisher lease) and
+// waits for it, within ctx.
+func (m *Main) closeReplica(ctx context.Context) error {
+	m.stopReplica()
+	select {
+	case err := <-m.replicaDone:
+		m.replicaDone <- err // for a second Close
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("stop the replica: %w", ctx.Err())
+	}
 }
 
 // workerID names this process in the publisher lease: host, pid and a

@@ -25,7 +25,7 @@ type statsCollector struct {
 	worker *consumer.Worker
 	nc     *nats.Conn
 	js     *kv.JetStream      // nil unless --kv jetstream
-	mgr    *flowstate.Manager // following a shared store, or nil
+	mgr    *flowstate.Replica // with a shared store, or nil
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -36,7 +36,7 @@ type statsCollector struct {
 	storeAvailable, publisher          *prometheus.Desc
 }
 
-func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *kv.JetStream, mgr *flowstate.Manager) *statsCollector {
+func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *kv.JetStream, mgr *flowstate.Replica) *statsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
@@ -101,7 +101,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.js != nil {
 		gauge(c.storeAvailable, bit(c.js.Available()))
 	}
-	if c.mgr != nil && c.mgr.Following() {
+	if c.mgr != nil {
 		gauge(c.publisher, bit(c.mgr.Publisher()))
 	}
 }

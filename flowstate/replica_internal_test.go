@@ -2,7 +2,6 @@ package flowstate
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,21 +10,12 @@ import (
 	"flowstate/kv"
 )
 
-// newTestFollower returns a Manager whose follower is fed events by hand:
-// no store is watched.
-func newTestFollower() (*Manager, *follower) {
-	m := NewManager(kv.NewMemory(), Options{})
-	f := &follower{
-		m:         m,
-		opts:      FollowOptions{}.withDefaults(),
-		log:       slog.New(slog.DiscardHandler),
-		advanced:  make(chan struct{}),
-		changes:   make(chan struct{}, 1),
-		kickLease: make(chan struct{}, 1),
-		nodeRevs:  make(map[uint64]uint64),
-	}
-	m.follow.Store(f)
-	return m, f
+// newTestReplica returns a Replica fed events by hand: no store is
+// watched.
+func newTestReplica(t *testing.T) *Replica {
+	r, err := NewReplica(nil, ReplicaOptions{})
+	require.NoError(t, err)
+	return r
 }
 
 func put(node uint64, seq uint64, exact bool, lastExec int64) kv.Event {
@@ -33,96 +23,96 @@ func put(node uint64, seq uint64, exact bool, lastExec int64) kv.Event {
 	return kv.Event{Op: kv.OpPut, Key: NodeKey(node), Value: v.Encode(), Revision: kv.Revision{Epoch: "e1", Seq: seq}, Exact: exact}
 }
 
-func served(t *testing.T, m *Manager) (map[FlowID]int64, uint64) {
+func served(t *testing.T, r *Replica) (map[FlowID]int64, uint64) {
 	t.Helper()
-	v, ver, err := m.Get(context.Background())
+	s, err := r.Snapshot(context.Background(), nil)
 	require.NoError(t, err)
-	return v.LastExecTimeMap, ver.Revision
+	return s.Value().LastExecTimeMap, s.Revision
 }
 
-// TestFollowerServesOnlyExactStates feeds the follower a watch that falls
+// TestReplicaServesOnlyExactStates feeds the replica a watch that falls
 // behind and skips a replaced write: the state it served last stays served,
 // at its revision, until the watch is exact again.
-func TestFollowerServesOnlyExactStates(t *testing.T) {
-	m, f := newTestFollower()
+func TestReplicaServesOnlyExactStates(t *testing.T) {
+	f := newTestReplica(t)
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	_, _, err := m.Get(context.Background())
+	_, err := f.Snapshot(context.Background(), nil)
 	assert.ErrorIs(t, err, kv.ErrUnavailable, "not served before the watch is synced")
 
 	f.apply(put(1, 3, false, 10))
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
-	got, rev := served(t, m)
+	got, rev := served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(3), rev)
 
 	f.apply(put(2, 4, true, 20))
-	got, rev = served(t, m)
+	got, rev = served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 10, 2: 20}, got)
 	assert.Equal(t, uint64(4), rev)
 
 	// Writes 5 and 6 were replaced before the watch read them: 7 is not an
 	// exact state, so 4 stays served.
 	f.apply(put(3, 7, false, 30))
-	got, rev = served(t, m)
+	got, rev = served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 10, 2: 20}, got)
 	assert.Equal(t, uint64(4), rev)
 	assert.False(t, f.servedLocked(7))
 
 	// The watch caught up.
 	f.apply(put(1, 9, true, 11))
-	got, rev = served(t, m)
+	got, rev = served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 11, 2: 20, 3: 30}, got)
 	assert.Equal(t, uint64(9), rev)
 	assert.True(t, f.servedLocked(9))
 
 	// A deletion removes the node's flows.
 	f.apply(kv.Event{Op: kv.OpDelete, Key: NodeKey(2), Revision: kv.Revision{Epoch: "e1", Seq: 10}, Exact: true})
-	got, rev = served(t, m)
+	got, rev = served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 11, 3: 30}, got)
 	assert.Equal(t, uint64(10), rev)
 
 	// Keys that are not nodes' advance the watch, not the revision.
 	f.apply(kv.Event{Op: kv.OpPut, Key: StateKey, Value: []byte("{}"), Revision: kv.Revision{Epoch: "e1", Seq: 11}, Exact: true})
-	_, rev = served(t, m)
+	_, rev = served(t, f)
 	assert.Equal(t, uint64(10), rev)
 	assert.True(t, f.servedLocked(11))
 }
 
-// TestFollowerRereadKeepsServing restarts the watch in the same epoch: the
+// TestReplicaRereadKeepsServing restarts the watch in the same epoch: the
 // last state stays served until the new pass is synced.
-func TestFollowerRereadKeepsServing(t *testing.T) {
-	m, f := newTestFollower()
+func TestReplicaRereadKeepsServing(t *testing.T) {
+	f := newTestReplica(t)
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
 	f.apply(put(1, 3, false, 10))
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
 
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	got, rev := served(t, m)
+	got, rev := served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(3), rev)
 	f.apply(put(1, 5, false, 12))
-	got, _ = served(t, m)
+	got, _ = served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 10}, got, "still the last exact state")
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 5}, Exact: true})
-	got, rev = served(t, m)
+	got, rev = served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 12}, got)
 	assert.Equal(t, uint64(5), rev)
 
 	// A new epoch starts over, empty at revision 0 once synced.
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e2"}})
-	_, _, err := m.Get(context.Background())
+	_, err := f.Snapshot(context.Background(), nil)
 	assert.ErrorIs(t, err, kv.ErrUnavailable)
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e2"}, Exact: true})
-	v, ver, err := m.Get(context.Background())
+	s, err := f.Snapshot(context.Background(), nil)
 	require.NoError(t, err)
-	assert.True(t, v.IsEmpty())
-	assert.Equal(t, Version{Epoch: "e2"}, ver)
+	assert.Empty(t, s.Flows)
+	assert.Equal(t, Version{Epoch: "e2"}, s.Version)
 }
 
-// TestFollowerIgnoresWhatNoWorkerWrites checks that a node key in another
+// TestReplicaIgnoresWhatNoWorkerWrites checks that a node key in another
 // form than NodeKey's, or a value that does not decode, changes nothing.
-func TestFollowerIgnoresWhatNoWorkerWrites(t *testing.T) {
-	m, f := newTestFollower()
+func TestReplicaIgnoresWhatNoWorkerWrites(t *testing.T) {
+	f := newTestReplica(t)
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
 	f.apply(put(1, 1, true, 10))
@@ -130,7 +120,7 @@ func TestFollowerIgnoresWhatNoWorkerWrites(t *testing.T) {
 	bad.Key = NodeKeyPrefix + "007"
 	f.apply(bad)
 	f.apply(kv.Event{Op: kv.OpPut, Key: NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
-	got, rev := served(t, m)
+	got, rev := served(t, f)
 	assert.Equal(t, map[FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(1), rev)
 }

@@ -21,8 +21,8 @@ import (
 	"flowstate/kv"
 )
 
-// These tests run following Managers, as workers do, on a bucket of an
-// embedded NATS server with JetStream.
+// These tests run Replicas, as workers do, on a bucket of an embedded NATS
+// server with JetStream.
 
 const followWait = 10 * time.Second
 
@@ -35,14 +35,17 @@ var followBuckets atomic.Int64
 
 func newBucket() string { return fmt.Sprintf("follow_%d", followBuckets.Add(1)) }
 
-// worker is a following Manager on its own connection and store.
+// worker is a running Replica on its own connection and store.
 type worker struct {
-	mgr   *flowstate.Manager
-	store *kv.JetStream
+	mgr     *flowstate.Replica
+	store   *kv.JetStream
+	cancel  context.CancelFunc
+	done    chan error
+	stopped bool
 }
 
-// follow starts a following Manager on bucket; Cleanup stops it.
-func follow(tb testing.TB, srv *server.Server, bucket string, opts flowstate.FollowOptions) *worker {
+// follow runs a Replica of bucket until it is loaded; Cleanup stops it.
+func follow(tb testing.TB, srv *server.Server, bucket string, opts flowstate.ReplicaOptions) *worker {
 	tb.Helper()
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(tb, err)
@@ -50,38 +53,50 @@ func follow(tb testing.TB, srv *server.Server, bucket string, opts flowstate.Fol
 	defer cancel()
 	store, err := kv.OpenJetStream(ctx, nc, kv.JetStreamConfig{Bucket: bucket, CheckInterval: 50 * time.Millisecond})
 	require.NoError(tb, err)
-	mgr := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: true})
-	require.NoError(tb, mgr.Follow(ctx, opts))
-	w := &worker{mgr: mgr, store: store}
+	r, err := flowstate.NewReplica(store, opts)
+	require.NoError(tb, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	w := &worker{mgr: r, store: store, cancel: stop, done: make(chan error, 1)}
+	go func() { w.done <- r.Run(runCtx) }()
 	tb.Cleanup(func() {
 		w.stop(tb)
 		store.Close()
 		nc.Close()
 	})
+	require.NoError(tb, r.WaitLoaded(ctx))
 	return w
 }
 
+// stop ends the replica's Run and waits for it.
 func (w *worker) stop(tb testing.TB) {
-	ctx, cancel := context.WithTimeout(context.Background(), followWait)
-	defer cancel()
-	assert.NoError(tb, w.mgr.StopFollowing(ctx))
-	assert.False(tb, w.mgr.Loaded(), "a manager that stopped following serves nothing")
+	if w.stopped {
+		return
+	}
+	w.stopped = true
+	w.cancel()
+	select {
+	case err := <-w.done:
+		assert.NoError(tb, err)
+	case <-time.After(followWait):
+		tb.Error("Run did not return")
+	}
+	assert.False(tb, w.mgr.Loaded(), "a replica that stopped serves nothing")
 }
 
 // fmerge applies a report and fails the test on error.
-func fmerge(tb testing.TB, m *flowstate.Manager, nodeID uint64, v flowstate.FlowStateValue) flowstate.MergeResult {
+func fmerge(tb testing.TB, m *flowstate.Replica, nodeID uint64, v flowstate.FlowStateValue) flowstate.MergeResult {
 	tb.Helper()
-	res, err := m.Merge(tb.Context(), nodeID, v)
+	res, err := m.MergeFlows(tb.Context(), nodeID, v.Flows())
 	require.NoError(tb, err, "merge report of node %d", nodeID)
 	return res
 }
 
 // fget returns the aggregate and its version, without a read barrier.
-func fget(tb testing.TB, m *flowstate.Manager) (flowstate.FlowStateValue, flowstate.Version) {
+func fget(tb testing.TB, m *flowstate.Replica) (flowstate.FlowStateValue, flowstate.Version) {
 	tb.Helper()
-	v, ver, err := m.Get(tb.Context())
+	s, err := m.Snapshot(tb.Context(), nil)
 	require.NoError(tb, err)
-	return v, ver
+	return s.Value(), s.Version
 }
 
 // synced returns the state after a read barrier.
@@ -111,11 +126,11 @@ func lastExecOf(node uint64, ids ...flowstate.FlowID) flowstate.FlowStateValue {
 	return v
 }
 
-func TestFollowingManagersShareOneState(t *testing.T) {
+func TestReplicasShareOneState(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
-	a := follow(t, srv, bucket, flowstate.FollowOptions{ID: "a"})
-	b := follow(t, srv, bucket, flowstate.FollowOptions{ID: "b"})
+	a := follow(t, srv, bucket, flowstate.ReplicaOptions{ID: "a"})
+	b := follow(t, srv, bucket, flowstate.ReplicaOptions{ID: "b"})
 
 	_, v0 := fget(t, a.mgr)
 	assert.Zero(t, v0.Revision, "nothing merged yet")
@@ -149,21 +164,18 @@ func TestFollowingManagersShareOneState(t *testing.T) {
 	fmerge(t, b.mgr, 1, flowstate.FlowStateValue{})
 	v, _ := a.synced(t)
 	assert.True(t, v.Equal(lastExecOf(2, 11, 12)), "%v", v)
-
-	_, err := a.mgr.Put(t.Context(), want)
-	assert.ErrorIs(t, err, flowstate.ErrFollowing)
 }
 
-// TestFollowingManagersMergingConcurrentlyLoseNothing has three managers
+// TestReplicasMergingConcurrentlyLoseNothing has three managers
 // merge reports of 60 nodes at once; every one ends with the exact
 // aggregate of each node's last acked report, at the same version.
-func TestFollowingManagersMergingConcurrentlyLoseNothing(t *testing.T) {
+func TestReplicasMergingConcurrentlyLoseNothing(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
 	ws := []*worker{
-		follow(t, srv, bucket, flowstate.FollowOptions{}),
-		follow(t, srv, bucket, flowstate.FollowOptions{}),
-		follow(t, srv, bucket, flowstate.FollowOptions{}),
+		follow(t, srv, bucket, flowstate.ReplicaOptions{}),
+		follow(t, srv, bucket, flowstate.ReplicaOptions{}),
+		follow(t, srv, bucket, flowstate.ReplicaOptions{}),
 	}
 	const nodes, rounds = 60, 8
 	last := make([]flowstate.FlowStateValue, nodes)
@@ -182,7 +194,7 @@ func TestFollowingManagersMergingConcurrentlyLoseNothing(t *testing.T) {
 				var err error
 				for try := range 20 {
 					w := ws[(node+r+try)%len(ws)]
-					if _, err = w.mgr.Merge(context.Background(), uint64(node), v); !errors.Is(err, kv.ErrUnavailable) {
+					if _, err = w.mgr.MergeFlows(context.Background(), uint64(node), v.Flows()); !errors.Is(err, kv.ErrUnavailable) {
 						break
 					}
 					time.Sleep(100 * time.Millisecond)
@@ -211,13 +223,13 @@ func TestFollowingManagersMergingConcurrentlyLoseNothing(t *testing.T) {
 	assert.Equal(t, versions[0], versions[2])
 }
 
-// TestFollowingManagersElectOnePublisher checks that one manager at a time
+// TestReplicasElectOnePublisher checks that one manager at a time
 // writes the aggregate key, fenced by its lease, and that another takes
 // over at once when it stops, or after the lease expires when it dies.
-func TestFollowingManagersElectOnePublisher(t *testing.T) {
+func TestReplicasElectOnePublisher(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
-	opts := flowstate.FollowOptions{LeaseTTL: 600 * time.Millisecond}
+	opts := flowstate.ReplicaOptions{LeaseTTL: 600 * time.Millisecond}
 	ws := []*worker{follow(t, srv, bucket, opts), follow(t, srv, bucket, opts), follow(t, srv, bucket, opts)}
 	publisher := func(alive []*worker) int {
 		t.Helper()
@@ -263,20 +275,20 @@ func TestFollowingManagersElectOnePublisher(t *testing.T) {
 	assert.Equal(t, string(want.Encode()), string(e.Value))
 }
 
-// TestFollowingManagersStartOverWhenTheBucketIsCleared clears the bucket
+// TestReplicasStartOverWhenTheBucketIsCleared clears the bucket
 // under two managers: both serve the new epoch, empty at revision 0, and a
 // report merged after it is in the new epoch.
-func TestFollowingManagersStartOverWhenTheBucketIsCleared(t *testing.T) {
+func TestReplicasStartOverWhenTheBucketIsCleared(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
-	a := follow(t, srv, bucket, flowstate.FollowOptions{})
-	b := follow(t, srv, bucket, flowstate.FollowOptions{})
+	a := follow(t, srv, bucket, flowstate.ReplicaOptions{})
+	b := follow(t, srv, bucket, flowstate.ReplicaOptions{})
 	r := fmerge(t, a.mgr, 1, lastExecOf(1, 1))
 	require.NoError(t, b.store.Clear(t.Context()))
 	for name, w := range map[string]*worker{"a": a, "b": b} {
 		require.Eventually(t, func() bool {
-			v, ver, err := w.mgr.Get(t.Context())
-			return err == nil && ver.Epoch != r.Epoch && ver.Revision == 0 && v.IsEmpty()
+			s, err := w.mgr.Snapshot(t.Context(), nil)
+			return err == nil && s.Epoch != r.Epoch && s.Revision == 0 && len(s.Flows) == 0
 		}, followWait, 10*time.Millisecond, "%s: new epoch, empty", name)
 	}
 	r2 := fmerge(t, b.mgr, 2, lastExecOf(2, 2))
@@ -286,31 +298,31 @@ func TestFollowingManagersStartOverWhenTheBucketIsCleared(t *testing.T) {
 	assert.Equal(t, r2.Version, ver)
 }
 
-// TestFollowingManagerRestartedKeepsStateAndEpoch stops a manager and starts
+// TestReplicaRestartedKeepsStateAndEpoch stops a manager and starts
 // another on the same bucket: same state, same version.
-func TestFollowingManagerRestartedKeepsStateAndEpoch(t *testing.T) {
+func TestReplicaRestartedKeepsStateAndEpoch(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
-	a := follow(t, srv, bucket, flowstate.FollowOptions{})
+	a := follow(t, srv, bucket, flowstate.ReplicaOptions{})
 	fmerge(t, a.mgr, 1, lastExecOf(1, 1, 2))
 	r := fmerge(t, a.mgr, 2, lastExecOf(2, 3))
 	want, _ := fget(t, a.mgr)
 	a.stop(t)
 
-	b := follow(t, srv, bucket, flowstate.FollowOptions{})
+	b := follow(t, srv, bucket, flowstate.ReplicaOptions{})
 	v, ver := fget(t, b.mgr)
 	assert.True(t, want.Equal(v))
 	assert.Equal(t, r.Version, ver)
 }
 
-// TestFollowingVisibilityAcrossManagers measures how long after an ack on
+// TestReplicaVisibilityAcrossManagers measures how long after an ack on
 // one manager another one's state includes the report without a read
 // barrier: the lag of its watch.
-func TestFollowingVisibilityAcrossManagers(t *testing.T) {
+func TestReplicaVisibilityAcrossManagers(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
-	a := follow(t, srv, bucket, flowstate.FollowOptions{})
-	b := follow(t, srv, bucket, flowstate.FollowOptions{})
+	a := follow(t, srv, bucket, flowstate.ReplicaOptions{})
+	b := follow(t, srv, bucket, flowstate.ReplicaOptions{})
 	const samples = 200
 	lags := make([]time.Duration, 0, samples)
 	for i := range samples {
@@ -332,13 +344,13 @@ func TestFollowingVisibilityAcrossManagers(t *testing.T) {
 		samples, lags[samples/2], lags[samples*99/100], lags[samples-1])
 }
 
-// TestFollowingPublisherEvictsSilentNodesForEveryone checks that only the
+// TestReplicaPublisherEvictsSilentNodesForEveryone checks that only the
 // publisher evicts, by deleting the nodes' keys, and that every manager
 // drops the evicted nodes.
-func TestFollowingPublisherEvictsSilentNodesForEveryone(t *testing.T) {
+func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
 	srv := startJetStream(t)
 	bucket := newBucket()
-	ws := []*worker{follow(t, srv, bucket, flowstate.FollowOptions{}), follow(t, srv, bucket, flowstate.FollowOptions{})}
+	ws := []*worker{follow(t, srv, bucket, flowstate.ReplicaOptions{}), follow(t, srv, bucket, flowstate.ReplicaOptions{})}
 	fmerge(t, ws[0].mgr, 1, lastExecOf(1, 1))
 	fmerge(t, ws[1].mgr, 2, lastExecOf(2, 2))
 	var p int

@@ -1,0 +1,312 @@
+package flowstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"flowstate/kv"
+	"flowstate/lease"
+)
+
+// The operations of a Replica, the same as a Manager's where they mean the
+// same. The served state is what the watch applied: reads do no store I/O.
+
+// servedLocked reports whether the served state includes the write seq.
+func (r *Replica) servedLocked(seq uint64) bool {
+	return r.ready && !r.frozen && r.watermark >= seq
+}
+
+// behindLocked returns an error while a write that a merge gave up waiting
+// for has not come back through the watch.
+func (r *Replica) behindLocked() error {
+	if r.behind > r.watermark {
+		return fmt.Errorf("flowstate: the store's watch has not reached revision %d yet: %w", r.behind, kv.ErrUnavailable)
+	}
+	return nil
+}
+
+// checkLocked is what the reads check before serving.
+func (r *Replica) checkLocked() error {
+	switch {
+	case r.stopped:
+		return errStopped
+	case !r.ready:
+		return errNotReady
+	}
+	return nil
+}
+
+// MergeFlows writes a node's report (flows sorted by ID, each ID once:
+// ErrUnsortedFlows otherwise) to the node's key and returns once the
+// watch has applied it, so that the report is visible at once to a get on
+// this worker. It fails with an error wrapping kv.ErrUnavailable after
+// ApplyTimeout, and with a *CapacityError, before it writes, if the report
+// would take this replica's state past ReplicaOptions.Limits.
+func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (MergeResult, error) {
+	if err := checkSorted(flows); err != nil {
+		return MergeResult{}, err
+	}
+	r.mergeMu.Lock()
+	defer r.mergeMu.Unlock()
+	r.buf = AppendJSON(r.buf[:0], flows) // flows without any field write nothing
+	r.mu.Lock()
+	err := r.checkLocked()
+	if err == nil {
+		err = r.behindLocked()
+	}
+	if err == nil {
+		err = r.agg.Check(nodeID, flows, r.opts.Limits)
+	}
+	epoch, watermark, rev := r.epoch, r.watermark, r.rev
+	r.mu.Unlock()
+	if err != nil {
+		return MergeResult{}, err
+	}
+	written, err := r.store.Put(ctx, NodeKey(nodeID), r.buf)
+	if err != nil {
+		return MergeResult{}, fmt.Errorf("flowstate: store report of node %d: %w", nodeID, err)
+	}
+	if written.Seq <= watermark {
+		// A new write below what the watch has seen: the bucket was
+		// recreated under us, and the watch is about to start over.
+		return MergeResult{}, fmt.Errorf("%w (revision %d went back below %d)", ErrStoreCleared, written.Seq, watermark)
+	}
+	res, err := r.awaitApplied(ctx, epoch, written.Seq, rev)
+	if err != nil && !errors.Is(err, ErrStoreCleared) {
+		return MergeResult{}, fmt.Errorf("flowstate: report of node %d stored at revision %d, not seen by the watch: %w", nodeID, written.Seq, err)
+	}
+	return res, err
+}
+
+// awaitApplied waits until the served state includes the write seq of
+// epoch, and returns the result of the writes since revision rev. If the
+// watch does not get there within ApplyTimeout, the next merges fail at
+// once until it does, rather than queue behind this wait.
+func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint64) (MergeResult, error) {
+	wctx, cancel := context.WithTimeout(ctx, r.opts.ApplyTimeout)
+	defer cancel()
+	var res MergeResult
+	err := r.await(wctx, func() bool {
+		if r.epoch != epoch {
+			return true
+		}
+		if !r.servedLocked(seq) {
+			return false
+		}
+		res = MergeResult{Version: Version{Epoch: epoch, Revision: max(seq, r.rev)}, Changed: r.changeRev > rev}
+		return true
+	})
+	switch {
+	case err != nil:
+		r.mu.Lock()
+		if r.epoch == epoch {
+			r.behind = max(r.behind, seq)
+		}
+		r.mu.Unlock()
+		return MergeResult{}, fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+	case res.Revision == 0:
+		return MergeResult{}, fmt.Errorf("%w (epoch %s ended)", ErrStoreCleared, epoch)
+	}
+	return res, nil
+}
+
+// Publisher reports whether this worker is the publisher now: it holds a
+// valid lease, and its watch has applied its takeover, so that its state
+// includes everything its predecessor could have published.
+func (r *Replica) Publisher() bool {
+	acquired, ok := r.lease.Held()
+	if !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.publisherLocked(acquired)
+}
+
+func (r *Replica) publisherLocked(acquired uint64) bool {
+	return r.ready && !r.stopped && r.watermark >= acquired
+}
+
+// EvictSilent deletes the key of every node whose last report was written
+// before cutoff, as Manager.EvictSilent does, and waits until the watch has
+// applied the deletions. Only the publisher evicts, for every worker: on
+// the others it does nothing. Each deletion is conditional on the node's
+// last write, so a report that came in meanwhile stays.
+func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, MergeResult, error) {
+	publisher := r.Publisher()
+	type silent struct{ id, rev uint64 }
+	var nodes []silent
+	r.mu.Lock()
+	err := r.checkLocked()
+	epoch, rev := r.epoch, r.rev
+	if err == nil && publisher {
+		for id, n := range r.nodes {
+			if n.seen.Before(cutoff) {
+				nodes = append(nodes, silent{id, n.rev})
+			}
+		}
+	}
+	r.mu.Unlock()
+	res := MergeResult{Version: Version{Epoch: epoch, Revision: rev}}
+	if err != nil {
+		return nil, res, err
+	}
+	var evicted []uint64
+	var last uint64
+	for _, n := range nodes {
+		key := NodeKey(n.id)
+		del, err := r.store.DeleteIf(ctx, key, kv.Condition{Key: key, Revision: n.rev})
+		if errors.Is(err, kv.ErrRevisionMismatch) {
+			continue // it reported again
+		}
+		if err != nil {
+			return evicted, res, fmt.Errorf("flowstate: evict node %d: %w", n.id, err)
+		}
+		evicted = append(evicted, n.id)
+		last = del.Seq
+	}
+	if last == 0 {
+		return evicted, res, nil
+	}
+	done, err := r.awaitApplied(ctx, epoch, last, rev)
+	if err != nil {
+		return evicted, res, fmt.Errorf("flowstate: evictions not seen by the watch: %w", err)
+	}
+	return evicted, done, nil
+}
+
+// Flush writes the aggregate key, fenced on the publisher lease, if this
+// worker is the publisher and the aggregate changed since it last wrote it;
+// ErrNotPublisher if it is not the publisher.
+func (r *Replica) Flush(ctx context.Context) error {
+	r.aggMu.Lock()
+	defer r.aggMu.Unlock()
+	err := r.lease.WithFence(func(fence, acquired uint64) error {
+		r.mu.Lock()
+		if !r.publisherLocked(acquired) {
+			r.mu.Unlock()
+			return ErrNotPublisher
+		}
+		rev, epoch := r.rev, r.epoch
+		if rev == 0 || (r.wroteRev != 0 && r.changeRev <= r.wroteRev) {
+			r.mu.Unlock()
+			return nil
+		}
+		r.aggFlows = r.appendServedLocked(r.aggFlows[:0])
+		r.mu.Unlock()
+		r.aggJSON = AppendJSON(r.aggJSON[:0], r.aggFlows)
+		if _, err := r.store.PutIf(ctx, StateKey, r.aggJSON, kv.Condition{Key: PublisherKey, Revision: fence}); err != nil {
+			return fmt.Errorf("flowstate: store aggregate: %w", err)
+		}
+		r.mu.Lock()
+		if r.epoch == epoch {
+			r.wroteRev = rev
+		}
+		r.mu.Unlock()
+		return nil
+	})
+	if errors.Is(err, lease.ErrNotHeld) {
+		return ErrNotPublisher
+	}
+	return err
+}
+
+// appendServedLocked appends the served aggregate to dst.
+func (r *Replica) appendServedLocked(dst []Flow) []Flow {
+	if r.frozen {
+		return append(dst, r.frozenFlows...)
+	}
+	return r.agg.AppendFlows(dst)
+}
+
+// Snapshot returns the served aggregate as flows appended to dst[:0], with
+// its version.
+func (r *Replica) Snapshot(_ context.Context, dst []Flow) (Snapshot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLocked(); err != nil {
+		return Snapshot{}, err
+	}
+	return Snapshot{Version: Version{Epoch: r.epoch, Revision: r.rev}, Flows: r.appendServedLocked(dst[:0])}, nil
+}
+
+// Version returns the served version.
+func (r *Replica) Version(context.Context) (Version, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLocked(); err != nil {
+		return Version{}, err
+	}
+	return Version{Epoch: r.epoch, Revision: r.rev}, nil
+}
+
+// Sync is a read barrier: it waits until the state includes every write
+// the store had taken when Sync was called, so that a get that follows
+// includes every report any worker acknowledged before. It gives up after
+// ApplyTimeout, or at once when the store is unavailable, with an error
+// wrapping kv.ErrUnavailable; the state is then only as recent as the
+// watch made it.
+func (r *Replica) Sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.ApplyTimeout)
+	defer cancel()
+	if err := r.await(ctx, func() bool { return r.ready }); err != nil {
+		return fmt.Errorf("%w: %w", errNotReady, err)
+	}
+	r.mu.Lock()
+	err := r.behindLocked()
+	r.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	last, err := r.store.LastRevision(ctx)
+	if err != nil {
+		return fmt.Errorf("flowstate: sync: %w", err)
+	}
+	return r.await(ctx, func() bool { return r.servedLocked(last.Seq) })
+}
+
+// Delta returns what changed in the served aggregate since the previous
+// Delta of this epoch, with dst's memory, as Manager.Delta does. Its first
+// Delta after this worker became the publisher, or after the watch read
+// the store again, asks clients to resync. While the watch is catching up
+// (the served state is held), it returns no change.
+func (r *Replica) Delta(_ context.Context, dst []Flow) (Delta, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLocked(); err != nil {
+		return Delta{}, err
+	}
+	d := Delta{Version: Version{Epoch: r.epoch, Revision: r.rev}, Base: r.deltaBase, Flows: dst[:0]}
+	if r.frozen {
+		return d, nil
+	}
+	takeDelta(r.agg, &d, dst, r.resync)
+	r.resync = false
+	r.deltaBase = r.rev
+	return d, nil
+}
+
+// Nodes returns the nodes whose reports make up the served aggregate, by
+// ID, with its version; LastReport is when the store took the node's last
+// write. It holds the lock only to copy them.
+func (r *Replica) Nodes(context.Context) ([]NodeInfo, Version, error) {
+	r.mu.Lock()
+	if err := r.checkLocked(); err != nil {
+		r.mu.Unlock()
+		return nil, Version{}, err
+	}
+	out := copyNodes(r.agg, func(id uint64) time.Time { return r.nodes[id].seen })
+	v := Version{Epoch: r.epoch, Revision: r.rev}
+	r.mu.Unlock()
+	sortNodes(out)
+	return out, v, nil
+}
+
+// Size returns the number of nodes and of flows that the watch applied.
+func (r *Replica) Size() (nodes, flows int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.agg.Len()
+}

@@ -19,6 +19,7 @@ import (
 	"flowstate/flowstate"
 	"flowstate/internal/natstest"
 	"flowstate/kv"
+	"flowstate/kv/jetstream"
 )
 
 // These tests run following Managers, as workers do, on a bucket of an
@@ -38,7 +39,7 @@ func newBucket() string { return fmt.Sprintf("follow_%d", followBuckets.Add(1)) 
 // worker is a following Manager on its own connection and store.
 type worker struct {
 	mgr   *flowstate.Manager
-	store *kv.JetStream
+	store *jetstream.Store
 }
 
 // follow starts a following Manager on bucket; Cleanup stops it.
@@ -48,7 +49,7 @@ func follow(tb testing.TB, srv *server.Server, bucket string, opts flowstate.Fol
 	require.NoError(tb, err)
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
 	defer cancel()
-	store, err := kv.OpenJetStream(ctx, nc, kv.JetStreamConfig{Bucket: bucket, CheckInterval: 50 * time.Millisecond})
+	store, err := jetstream.Open(ctx, nc, jetstream.Config{Bucket: bucket, CheckInterval: 50 * time.Millisecond})
 	require.NoError(tb, err)
 	mgr := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: true})
 	require.NoError(tb, mgr.Follow(ctx, opts))

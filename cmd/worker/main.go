@@ -229,6 +229,9 @@ func (m *Main) openState(nc *nats.Conn) (*flowstate.Manager, error) {
 	cfg := m.Config.jetStreamConfig()
 	cfg.Logger = m.Log
 	js, err := jetstream.Open(ctx, nc, cfg)
+	if errors.Is(err, jetstream.ErrServerTooOld) {
+		return nil, fmt.Errorf("--kv jetstream: %w", err)
+	}
 	if errors.Is(err, jetstream.ErrIncompatibleBucket) {
 		return nil, fmt.Errorf("--kv jetstream: %w (delete the bucket, or give --kv-replicas and --kv-storage its settings)", err)
 	}

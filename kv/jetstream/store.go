@@ -156,12 +156,18 @@ var _ kv.Shared = (*Store)(nil)
 // if it is missing, and makes sure that it has an epoch. It waits for
 // JetStream while it is unavailable, until ctx ends. A bucket with other
 // replicas or storage than asked, or with a TTL, is an error wrapping
-// ErrIncompatibleBucket. The connection stays the caller's.
+// ErrIncompatibleBucket. A server that does not enforce subject-fenced
+// writes (older than RequiredServerVersion, by its INFO or by a probe write
+// on the bucket's stream leader) is a *ServerTooOldError, which wraps
+// ErrServerTooOld. The connection stays the caller's.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	if err := checkServerVersion(nc); err != nil {
+		return nil, err
+	}
 	js, err := natsjs.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -183,7 +189,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	for {
 		err = s.ensureBucket(ctx, true)
 		if err == nil {
-			_, err = s.Epoch(ctx)
+			err = s.checkFencing(ctx)
 		}
 		if err == nil || !errors.Is(err, kv.ErrUnavailable) || ctx.Err() != nil {
 			break

@@ -31,6 +31,14 @@
 // So a worker answers quickly while JetStream is down, and recovers by
 // itself.
 //
+// Server version: conditional writes fenced on another key use the header
+// Nats-Expected-Last-Subject-Sequence-Subject, which stream leaders enforce
+// from nats-server 2.11 (RequiredServerVersion); an older leader ignores
+// it and stores the write. Open refuses such a server with a
+// *ServerTooOldError: at once when the connected server's INFO names an
+// older version, and otherwise after a probe write on the bucket's stream
+// leader (another server, in a cluster in the middle of an upgrade).
+//
 // Cost, measured on a 2-core VM that also ran the server and the load
 // (README, Backends): a write is one JetStream round trip, about 0.4 ms, so
 // a worker that writes one report at a time and waits for its watch acks

@@ -35,7 +35,8 @@ type SharedMemoryOptions struct {
 // Clear, which starts a new epoch and makes every watch start over with
 // OpReset.
 //
-// Test hooks: SetUnavailable makes every call fail with ErrUnavailable, and
+// Test hooks: SetUnavailable makes every call fail with ErrUnavailable,
+// LoseAcks stores writes but answers them with ErrUnavailable, and
 // StallWatches holds every watch back until ResumeWatches.
 type SharedMemory struct {
 	now func() time.Time
@@ -44,12 +45,13 @@ type SharedMemory struct {
 	entries map[string]*sharedEntry // each key's last write, deletions included
 	// order lists writes in sequence order; an item whose key has been
 	// written again since is stale, and dropped by compactLocked.
-	order   []sharedWrite
-	seq     uint64 // sequence number of the last write
-	epoch   string
-	down    bool
-	stalled bool
-	changed chan struct{} // closed, and replaced, when watches have something new to see
+	order    []sharedWrite
+	seq      uint64 // sequence number of the last write
+	epoch    string
+	down     bool
+	lostAcks int // writes still to be stored but answered with ErrUnavailable
+	stalled  bool
+	changed  chan struct{} // closed, and replaced, when watches have something new to see
 }
 
 type sharedEntry struct {
@@ -87,6 +89,15 @@ func (s *SharedMemory) SetUnavailable(down bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down = down
+}
+
+// LoseAcks makes the next n writes succeed but return an error wrapping
+// ErrUnavailable, as writes whose acknowledgement was lost: stored and
+// delivered to watches, though the writer was told they failed.
+func (s *SharedMemory) LoseAcks(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lostAcks = n
 }
 
 // Available reports whether calls go through: false after
@@ -205,6 +216,10 @@ func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condi
 	s.order = append(s.order, sharedWrite{seq: s.seq, key: key})
 	s.compactLocked()
 	s.notifyLocked()
+	if s.lostAcks > 0 {
+		s.lostAcks--
+		return Revision{}, fmt.Errorf("%w: %s: stored as %d, but the acknowledgement was lost (LoseAcks)", ErrUnavailable, what, s.seq)
+	}
 	return Revision{Epoch: s.epoch, Seq: s.seq}, nil
 }
 

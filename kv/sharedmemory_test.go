@@ -135,3 +135,23 @@ func stripTimes(events []kv.Event) []kv.Event {
 	}
 	return out
 }
+
+func TestSharedMemoryLostAcksAreStoredAndWatched(t *testing.T) {
+	s := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	ctx := t.Context()
+	r := kvtest.Watch(t, s)
+	s.LoseAcks(2)
+	_, err := s.Put(ctx, "a", []byte("1"))
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	_, err = s.PutIf(ctx, "b", []byte("2"), kv.Condition{Key: "b"})
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	rev, err := s.Put(ctx, "c", []byte("3"))
+	require.NoError(t, err, "only two acks lost")
+
+	assert.Equal(t, uint64(3), rev.Seq, "the lost writes took sequence numbers")
+	entries, err := s.Range(ctx, "")
+	require.NoError(t, err)
+	assert.Len(t, entries, 3)
+	events := r.Await(t, "all three", func(ev []kv.Event) bool { return kvtest.Delivered(ev, rev.Seq) })
+	assert.Equal(t, map[string]string{"a": "1", "b": "2", "c": "3"}, kvtest.State(events, ""))
+}

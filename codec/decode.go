@@ -18,6 +18,11 @@ type Decoder struct {
 	// three maps; 0 (or less) means no limit. A report over the limit is rejected as
 	// soon as that shows, before the rest of it is read.
 	MaxFlows int
+	// MaxUnknownFields is the most unknown fields a report may have; 0
+	// means DefaultMaxUnknownFields, and less than 0 no limit. A report
+	// over the limit is rejected (KindTooManyUnknownFields) at the first
+	// field over it, before the rest is read.
+	MaxUnknownFields int
 
 	ents    []entry          // the flows of the map read last, not yet in union
 	entsBit flowstate.Fields // the map ents came from
@@ -26,7 +31,15 @@ type Decoder struct {
 	spare   []flowstate.Flow // spare buffer for merging into union
 	names   []span           // where the names of unknown fields are
 	hashes  []uint64         // spare buffer for sorting their hashes
+	// ordinary counts the reports in a row that used a small part of the
+	// scratch buffers above; see settle.
+	ordinary int
 }
+
+// DefaultMaxUnknownFields is the limit on unknown fields of a Decoder
+// whose MaxUnknownFields is 0. A flownode sends five known fields; newer
+// ones may send a few more.
+const DefaultMaxUnknownFields = 1024
 
 // span locates a field name in the body.
 type span struct {
@@ -91,6 +104,7 @@ func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
 	d.ents, d.entsBit = d.ents[:0], 0
 	d.union = d.union[:0]
 	d.names = d.names[:0]
+	defer d.settle()
 	if err := d.parse(data, r, aggregate); err != nil {
 		*r = Report{Flows: flows}
 		err.aggregate = aggregate
@@ -117,6 +131,10 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 		return topLevelError(b, st)
 	}
 	var seen uint8
+	maxUnknown := d.MaxUnknownFields
+	if maxUnknown == 0 {
+		maxUnknown = DefaultMaxUnknownFields
+	}
 	for ; n > 0; n-- {
 		name, j, st := strAt(b, i)
 		if st != ok {
@@ -143,6 +161,10 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 		case fieldStateSize, fieldLastExecTime, fieldStartTime:
 			j, err = d.flowMap(b, j, f)
 		default:
+			if maxUnknown > 0 && len(d.names) >= maxUnknown {
+				return newError("", KindTooManyUnknownFields,
+					"more than "+strconv.Itoa(maxUnknown)+" unknown fields (the limit)")
+			}
 			d.names = append(d.names, span{off: j - len(name), end: j})
 			var st status
 			if j, st = skipAt(b, j, 2); st != ok {

@@ -33,8 +33,19 @@
 // Flows: Decoder.MaxFlows distinct flow ids across the three maps (0: no
 // limit); a map that claims more entries than the limit is rejected at its
 // header, and otherwise the report is rejected at the first flow over the
-// limit, before the rest is read. Lengths: no length read from the body is trusted further than the
-// bytes that are left, so a header that claims 2^32 entries costs nothing.
+// limit, before the rest is read. Unknown fields: Decoder.MaxUnknownFields
+// (0: DefaultMaxUnknownFields, 1,024; less than 0: no limit); the report is
+// rejected (KindTooManyUnknownFields) at the first field over the limit, so
+// 8 MiB of one-letter fields cost microseconds, not a scan and a sort of
+// millions of names. Lengths: no length read from the body is trusted
+// further than the bytes that are left, so a header that claims 2^32
+// entries costs nothing.
+//
+// Scratch memory: a Decoder keeps its buffers at the size of the reports it
+// decodes; after an outlier, they are dropped once shrinkAfter (8) reports
+// in a row have used less than a quarter of them (and more than 1,024
+// items), so one large report does not hold its memory for the life of
+// the worker, and a stream that mixes sizes does not reallocate.
 //
 // # Cost
 //

@@ -29,6 +29,9 @@ const (
 	KindOutOfRange     Kind = "out_of_range"    // a negative node_id, node_epoch or state size; a time outside int64
 	KindTooManyFlows   Kind = "too_many_flows"  // more distinct flow ids than Decoder.MaxFlows
 	KindTooDeep        Kind = "too_deep"        // nested deeper than MaxDepth
+	// KindTooManyUnknownFields: more unknown fields than
+	// Decoder.MaxUnknownFields.
+	KindTooManyUnknownFields Kind = "too_many_unknown_fields"
 )
 
 // DecodeError says why a body was rejected. It wraps ErrInvalidReport (or

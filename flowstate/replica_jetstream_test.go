@@ -19,6 +19,7 @@ import (
 	"flowstate/flowstate"
 	"flowstate/internal/natstest"
 	"flowstate/kv"
+	"flowstate/kv/jetstream"
 )
 
 // These tests run Replicas, as workers do, on a bucket of an embedded NATS
@@ -38,7 +39,7 @@ func newBucket() string { return fmt.Sprintf("follow_%d", followBuckets.Add(1)) 
 // worker is a running Replica on its own connection and store.
 type worker struct {
 	mgr     *flowstate.Replica
-	store   *kv.JetStream
+	store   *jetstream.Store
 	cancel  context.CancelFunc
 	done    chan error
 	stopped bool
@@ -51,7 +52,7 @@ func follow(tb testing.TB, srv *server.Server, bucket string, opts flowstate.Rep
 	require.NoError(tb, err)
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
 	defer cancel()
-	store, err := kv.OpenJetStream(ctx, nc, kv.JetStreamConfig{Bucket: bucket, CheckInterval: 50 * time.Millisecond})
+	store, err := jetstream.Open(ctx, nc, jetstream.Config{Bucket: bucket, CheckInterval: 50 * time.Millisecond})
 	require.NoError(tb, err)
 	r, err := flowstate.NewReplica(store, opts)
 	require.NoError(tb, err)

@@ -1,6 +1,9 @@
 // Package kv defines the key-value store that the flow state manager keeps its
-// keys in, an in-memory implementation of it, and one on a NATS JetStream
-// key-value bucket that several workers share.
+// keys in, and two in-memory implementations of it: Memory, which one process
+// owns, and SharedMemory, a shared store for tests of what several processes do.
+// The store on a NATS JetStream key-value bucket, which several workers share,
+// is in package kv/jetstream, so that this package and the domain do not link
+// nats.go.
 //
 // The interface follows how GreptimeDB's FlowStateManager uses its KvBackend:
 // get, put, range over a prefix, delete and clear. Two things are added so that
@@ -16,10 +19,10 @@
 // A store that several processes share offers more (Shared): conditional
 // writes (Conditional, where the revision is the lock across processes), an
 // ordered watch of every write (Watcher), and errors that wrap
-// ErrUnavailable when it cannot take writes. JetStream is that store on a
-// NATS JetStream key-value bucket; its documentation describes the bucket's
-// layout, its epoch key and how it behaves when JetStream is unavailable,
-// and flowstate's package documentation how workers share a state with it.
+// ErrUnavailable when it cannot take writes. Package kv/jetstream
+// documents the bucket's layout, its epoch key and how it behaves when
+// JetStream is unavailable; package kvtest is the contract every Store
+// (Run) and every Shared store (RunShared) passes.
 package kv
 
 import (

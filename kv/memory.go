@@ -28,11 +28,12 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store with a new epoch.
 func NewMemory() *Memory {
-	return &Memory{entries: make(map[string]*memEntry), epoch: newEpoch()}
+	return &Memory{entries: make(map[string]*memEntry), epoch: NewEpoch()}
 }
 
-// newEpoch returns 16 random hex digits.
-func newEpoch() string {
+// NewEpoch returns a new epoch: 16 random hex digits, so that a store that
+// starts over never shares an epoch with an earlier one.
+func NewEpoch() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
@@ -94,7 +95,7 @@ func (m *Memory) Clear(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.entries = make(map[string]*memEntry)
-	m.epoch = newEpoch()
+	m.epoch = NewEpoch()
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"flowstate/consumer"
-	"flowstate/kv"
+	"flowstate/kv/jetstream"
 	"flowstate/protocol"
 )
 
@@ -220,8 +220,8 @@ func (c Config) Validate() error {
 }
 
 // jetStreamConfig is the part of c that configures the JetStream store.
-func (c Config) jetStreamConfig() kv.JetStreamConfig {
-	return kv.JetStreamConfig{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage}
+func (c Config) jetStreamConfig() jetstream.Config {
+	return jetstream.Config{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage}
 }
 
 // consumerConfig is the part of c that configures the consumer.

@@ -23,6 +23,7 @@ import (
 	"flowstate/consumer"
 	"flowstate/flowstate"
 	"flowstate/kv"
+	"flowstate/kv/jetstream"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -168,7 +169,7 @@ func (m *Main) Run() error {
 // newStatsCollector exposes w, the connection and, with a shared store, its
 // availability and the publisher lease.
 func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
-	js, _ := m.store.(*kv.JetStream)
+	js, _ := m.store.(*jetstream.Store)
 	return newStatsCollector(w, m.nc, js, m.mgr)
 }
 
@@ -198,7 +199,7 @@ func (m *Main) Close(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if js, ok := m.store.(*kv.JetStream); ok {
+	if js, ok := m.store.(*jetstream.Store); ok {
 		js.Close()
 	}
 	m.closing.Store(true)
@@ -235,8 +236,11 @@ func (m *Main) openState(nc *nats.Conn) (consumer.State, error) {
 	defer cancel()
 	cfg := m.Config.jetStreamConfig()
 	cfg.Logger = m.Log
-	js, err := kv.OpenJetStream(ctx, nc, cfg)
-	if errors.Is(err, kv.ErrIncompatibleBucket) {
+	js, err := jetstream.Open(ctx, nc, cfg)
+	if errors.Is(err, jetstream.ErrServerTooOld) {
+		return nil, fmt.Errorf("--kv jetstream: %w", err)
+	}
+	if errors.Is(err, jetstream.ErrIncompatibleBucket) {
 		return nil, fmt.Errorf("--kv jetstream: %w (delete the bucket, or give --kv-replicas and --kv-storage its settings)", err)
 	}
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 
 	"flowstate/consumer"
 	"flowstate/flowstate"
-	"flowstate/kv"
+	"flowstate/kv/jetstream"
 )
 
 // statsCollector exposes a worker's counters and its connection's state as
@@ -24,7 +24,7 @@ import (
 type statsCollector struct {
 	worker *consumer.Worker
 	nc     *nats.Conn
-	js     *kv.JetStream      // nil unless --kv jetstream
+	js     *jetstream.Store   // nil unless --kv jetstream
 	mgr    *flowstate.Replica // with a shared store, or nil
 
 	received, applied, acked, rejected *prometheus.Desc
@@ -36,7 +36,7 @@ type statsCollector struct {
 	storeAvailable, publisher          *prometheus.Desc
 }
 
-func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *kv.JetStream, mgr *flowstate.Replica) *statsCollector {
+func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *flowstate.Replica) *statsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}

@@ -1,6 +1,8 @@
-// Package kvtest is the contract test of kv.Store: every implementation runs
-// the same suite, so that the flow state manager can rely on what kv.Store
-// documents whatever holds its keys.
+// Package kvtest is the contract test of kv.Store (Run) and of kv.Shared
+// (RunShared): every implementation runs the same suites, so that the flow
+// state manager, a replica and the publisher lease can rely on what package
+// kv documents whatever holds the keys. Recorder follows a kv.Watcher in
+// tests.
 //
 // Keys used by the suite are made of letters, digits, '_', '-', '/' and '.'
 // only, which every planned backend (a NATS JetStream key-value bucket

@@ -1,6 +1,7 @@
-package kv
+package jetstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"flowstate/kv"
 )
 
-// Defaults of JetStreamConfig.
+// Defaults of Config.
 const (
 	DefaultEpochKey      = "__flow/epoch"
 	DefaultProbeKey      = "__flow/probe"
@@ -26,13 +29,13 @@ const (
 	DefaultProbeInterval = 250 * time.Millisecond
 )
 
-// ErrIncompatibleBucket is wrapped by the error of OpenJetStream when the
+// ErrIncompatibleBucket is wrapped by the error of Open when the
 // bucket exists with settings other than those asked for.
-var ErrIncompatibleBucket = errors.New("kv: the bucket exists with other settings")
+var ErrIncompatibleBucket = errors.New("jetstream: the bucket exists with other settings")
 
-// JetStreamConfig configures a JetStream store. Zero values take the
+// Config configures a JetStream store. Zero values take the
 // defaults.
-type JetStreamConfig struct {
+type Config struct {
 	Bucket   string // required: the key-value bucket
 	Replicas int    // replicas of a bucket created by the store; 0: 1
 	Storage  string // "memory" (the default) or "file", for a created bucket
@@ -58,7 +61,7 @@ type JetStreamConfig struct {
 	Logger        *slog.Logger // nil: discard
 }
 
-func (c JetStreamConfig) withDefaults() JetStreamConfig {
+func (c Config) withDefaults() Config {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -92,7 +95,7 @@ func (c JetStreamConfig) withDefaults() JetStreamConfig {
 var validBucket = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 // Validate reports the first invalid field of c.
-func (c JetStreamConfig) Validate() error {
+func (c Config) Validate() error {
 	switch {
 	case !validBucket.MatchString(c.Bucket):
 		return fmt.Errorf("bucket %q: want letters, digits, '_' and '-' only", c.Bucket)
@@ -110,55 +113,21 @@ func (c JetStreamConfig) Validate() error {
 	return nil
 }
 
-func (c JetStreamConfig) storageType() jetstream.StorageType {
+func (c Config) storageType() natsjs.StorageType {
 	if c.Storage == "file" {
-		return jetstream.FileStorage
+		return natsjs.FileStorage
 	}
-	return jetstream.MemoryStorage
+	return natsjs.MemoryStorage
 }
 
-// JetStream is a Store on a NATS JetStream key-value bucket, which several
-// processes share. It is also Conditional and a Watcher.
-//
-// Keys and values are stored as given: key k is the bucket's key k (subject
-// $KV.<bucket>.k), so `nats kv get <bucket> <key>` shows what was put. Keys
-// are made of letters, digits and - / _ = . (no leading, trailing or double
-// dot); '/' is part of a key, not a separator, so Range lists the bucket and
-// filters by prefix.
-//
-// Revisions are the stream's sequence numbers: per key they are the bucket's
-// revisions, and across keys they order every write of every process.
-//
-// Epoch: the bucket holds one reserved key (EpochKey) whose value, 16 random
-// hex digits, names the bucket's lineage. The first process to find it
-// missing creates it with a create-only write, so that exactly one value
-// wins. Clear purges the bucket and creates a new epoch; a bucket wiped or
-// recreated by anyone else loses the key, and a Watch notices (from the
-// key's deletion, from sequence numbers going back, or from its periodic
-// read of the key) and starts over with OpReset at the new epoch; deleting
-// the key alone starts a new epoch over the keys that remain. The epoch of a
-// write's Revision is the one this store last saw.
-//
-// Availability: every request is bounded by OpTimeout. A write that finds
-// JetStream unavailable (no quorum, no stream, no connection, timeout)
-// returns an error wrapping ErrUnavailable, and so does every write after
-// it, at once, until a probe (every ProbeInterval) finds the bucket
-// taking writes again (it writes a deletion of ProbeKey); the probe also
-// recreates a bucket that was deleted.
-// So a worker answers quickly while JetStream is down, and recovers by
-// itself.
-//
-// Cost, measured on a 2-core VM that also ran the server and the load
-// (README, Backends): a write is one JetStream round trip, about 0.4 ms, so
-// a worker that writes one report at a time and waits for its watch acks
-// some 2,500 reports a second (memory storage, R1), 2,200 with file
-// storage, 730 with three workers on an R3 bucket of three servers on the
-// same two cores. Another store's watch delivers a write within 1.2 ms
-// (p99) of its acknowledgement.
-type JetStream struct {
-	cfg    JetStreamConfig
+// Store is a kv.Shared on a NATS JetStream key-value bucket, which several
+// processes share: a kv.Store that is also kv.Conditional and a kv.Watcher.
+// The package documentation describes its keys, revisions, epoch and
+// availability.
+type Store struct {
+	cfg    Config
 	nc     *nats.Conn
-	js     jetstream.JetStream
+	js     natsjs.JetStream
 	legacy nats.JetStreamContext // for the ordered push consumer of Watch
 	log    *slog.Logger
 	stream string // KV_<bucket>
@@ -177,31 +146,37 @@ type JetStream struct {
 
 // handles are the bucket's handles, replaced when the bucket is recreated.
 type handles struct {
-	kv     jetstream.KeyValue
-	stream jetstream.Stream
+	bucket natsjs.KeyValue
+	stream natsjs.Stream
 }
 
-var _ Shared = (*JetStream)(nil)
+var _ kv.Shared = (*Store)(nil)
 
-// OpenJetStream opens the bucket cfg.Bucket on nc's JetStream, creating it
+// Open opens the bucket cfg.Bucket on nc's JetStream, creating it
 // if it is missing, and makes sure that it has an epoch. It waits for
 // JetStream while it is unavailable, until ctx ends. A bucket with other
 // replicas or storage than asked, or with a TTL, is an error wrapping
-// ErrIncompatibleBucket. The connection stays the caller's.
-func OpenJetStream(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig) (*JetStream, error) {
+// ErrIncompatibleBucket. A server that does not enforce subject-fenced
+// writes (older than RequiredServerVersion, by its INFO or by a probe write
+// on the bucket's stream leader) is a *ServerTooOldError, which wraps
+// ErrServerTooOld. The connection stays the caller's.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("kv: %w", err)
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	js, err := jetstream.New(nc)
+	if err := checkServerVersion(nc); err != nil {
+		return nil, err
+	}
+	js, err := natsjs.New(nc)
 	if err != nil {
-		return nil, fmt.Errorf("kv: %w", err)
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	legacy, err := nc.JetStream(nats.MaxWait(cfg.OpTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("kv: %w", err)
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	s := &JetStream{
+	s := &Store{
 		cfg:    cfg,
 		nc:     nc,
 		js:     js,
@@ -214,9 +189,9 @@ func OpenJetStream(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig) (*Je
 	for {
 		err = s.ensureBucket(ctx, true)
 		if err == nil {
-			_, err = s.Epoch(ctx)
+			err = s.checkFencing(ctx)
 		}
-		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, kv.ErrUnavailable) || ctx.Err() != nil {
 			break
 		}
 		s.log.Warn("JetStream not available yet, retrying", slog.String("bucket", cfg.Bucket), slog.Any("err", err))
@@ -232,11 +207,11 @@ func OpenJetStream(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig) (*Je
 }
 
 // Bucket returns the bucket's name.
-func (s *JetStream) Bucket() string { return s.cfg.Bucket }
+func (s *Store) Bucket() string { return s.cfg.Bucket }
 
 // Close stops the store's background probe. The bucket and the connection
 // are left as they are.
-func (s *JetStream) Close() {
+func (s *Store) Close() {
 	s.probeMu.Lock()
 	if !s.closed {
 		s.closed = true
@@ -248,20 +223,20 @@ func (s *JetStream) Close() {
 
 // ensureBucket opens the bucket, creating it if it is missing, and checks
 // its settings: a mismatch is an error if strict, and logged otherwise.
-func (s *JetStream) ensureBucket(ctx context.Context, strict bool) error {
+func (s *Store) ensureBucket(ctx context.Context, strict bool) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	created := false
 	stream, err := s.js.Stream(ctx, s.stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		_, err = s.js.CreateKeyValue(ctx, natsjs.KeyValueConfig{
 			Bucket:      s.cfg.Bucket,
 			Description: "flow state, shared by flowstate workers",
 			History:     1,
 			Storage:     s.cfg.storageType(),
 			Replicas:    s.cfg.Replicas,
 		})
-		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		if err != nil && !errors.Is(err, natsjs.ErrBucketExists) {
 			return s.wrap("create bucket "+s.cfg.Bucket, err)
 		}
 		created = err == nil
@@ -276,11 +251,11 @@ func (s *JetStream) ensureBucket(ctx context.Context, strict bool) error {
 		}
 		s.log.Error("bucket settings differ from the configured ones", slog.Any("err", err))
 	}
-	kv, err := s.js.KeyValue(ctx, s.cfg.Bucket)
+	bucket, err := s.js.KeyValue(ctx, s.cfg.Bucket)
 	if err != nil {
 		return s.wrap("open bucket "+s.cfg.Bucket, err)
 	}
-	s.h.Store(&handles{kv: kv, stream: stream})
+	s.h.Store(&handles{bucket: bucket, stream: stream})
 	if created {
 		s.log.Info("bucket created", slog.String("bucket", s.cfg.Bucket), slog.Int("replicas", s.cfg.Replicas),
 			slog.String("storage", s.cfg.Storage))
@@ -290,9 +265,9 @@ func (s *JetStream) ensureBucket(ctx context.Context, strict bool) error {
 
 // compatible checks an existing bucket's settings against the configured
 // ones.
-func (s *JetStream) compatible(c jetstream.StreamConfig) error {
+func (s *Store) compatible(c natsjs.StreamConfig) error {
 	storage := "file"
-	if c.Storage == jetstream.MemoryStorage {
+	if c.Storage == natsjs.MemoryStorage {
 		storage = "memory"
 	}
 	replicas := max(c.Replicas, 1)
@@ -309,73 +284,73 @@ func (s *JetStream) compatible(c jetstream.StreamConfig) error {
 	return nil
 }
 
-func (s *JetStream) handles() *handles { return s.h.Load() }
+func (s *Store) handles() *handles { return s.h.Load() }
 
-func (s *JetStream) subject(key string) string { return s.prefix + key }
+func (s *Store) subject(key string) string { return s.prefix + key }
 
 // Get implements Store.
-func (s *JetStream) Get(ctx context.Context, key string) (Entry, error) {
+func (s *Store) Get(ctx context.Context, key string) (kv.Entry, error) {
 	if !validKey(key) {
-		return Entry{}, fmt.Errorf("kv: get: invalid key %q", key)
+		return kv.Entry{}, fmt.Errorf("jetstream: get: invalid key %q", key)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	e, err := s.handles().kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return Entry{}, ErrNotFound
+	e, err := s.handles().bucket.Get(ctx, key)
+	if errors.Is(err, natsjs.ErrKeyNotFound) || errors.Is(err, natsjs.ErrKeyDeleted) {
+		return kv.Entry{}, kv.ErrNotFound
 	}
 	if err != nil {
-		return Entry{}, s.wrap("get "+key, err)
+		return kv.Entry{}, s.wrap("get "+key, err)
 	}
-	return Entry{Key: key, Value: clone(e.Value()), Revision: e.Revision()}, nil
+	return kv.Entry{Key: key, Value: bytes.Clone(e.Value()), Revision: e.Revision()}, nil
 }
 
 // Put implements Store.
-func (s *JetStream) Put(ctx context.Context, key string, value []byte) (Revision, error) {
+func (s *Store) Put(ctx context.Context, key string, value []byte) (kv.Revision, error) {
 	return s.write(ctx, "put", key, value, false, nil)
 }
 
 // Delete implements Store. Deleting a missing key writes a deletion too.
-func (s *JetStream) Delete(ctx context.Context, key string) (Revision, error) {
+func (s *Store) Delete(ctx context.Context, key string) (kv.Revision, error) {
 	return s.write(ctx, "delete", key, nil, true, nil)
 }
 
 // PutIf implements Conditional.
-func (s *JetStream) PutIf(ctx context.Context, key string, value []byte, cond Condition) (Revision, error) {
+func (s *Store) PutIf(ctx context.Context, key string, value []byte, cond kv.Condition) (kv.Revision, error) {
 	return s.write(ctx, "put", key, value, false, &cond)
 }
 
 // DeleteIf implements Conditional.
-func (s *JetStream) DeleteIf(ctx context.Context, key string, cond Condition) (Revision, error) {
+func (s *Store) DeleteIf(ctx context.Context, key string, cond kv.Condition) (kv.Revision, error) {
 	return s.write(ctx, "delete", key, nil, true, &cond)
 }
 
 // write publishes a put or a deletion of key to the bucket's stream, under
 // cond if not nil.
-func (s *JetStream) write(ctx context.Context, op, key string, value []byte, del bool, cond *Condition) (Revision, error) {
+func (s *Store) write(ctx context.Context, op, key string, value []byte, del bool, cond *kv.Condition) (kv.Revision, error) {
 	what := op + " " + key
 	if !validKey(key) {
-		return Revision{}, fmt.Errorf("kv: %s: invalid key", what)
+		return kv.Revision{}, fmt.Errorf("jetstream: %s: invalid key", what)
 	}
 	if key == s.cfg.EpochKey || key == s.cfg.ProbeKey {
-		return Revision{}, fmt.Errorf("kv: %s: the key is reserved by the store", what)
+		return kv.Revision{}, fmt.Errorf("jetstream: %s: the key is reserved by the store", what)
 	}
 	if cond != nil && !validKey(cond.Key) {
-		return Revision{}, fmt.Errorf("kv: %s: invalid condition key %q", what, cond.Key)
+		return kv.Revision{}, fmt.Errorf("jetstream: %s: invalid condition key %q", what, cond.Key)
 	}
 	if err := s.writable(); err != nil {
-		return Revision{}, fmt.Errorf("%w: %s: %v", ErrUnavailable, what, err)
+		return kv.Revision{}, fmt.Errorf("%w: %s: %v", kv.ErrUnavailable, what, err)
 	}
 	msg := &nats.Msg{Subject: s.subject(key), Data: value, Header: nats.Header{}}
 	if del {
 		msg.Header.Set("KV-Operation", "DEL")
 	}
-	var opts []jetstream.PublishOpt
+	var opts []natsjs.PublishOpt
 	if cond != nil {
 		if cond.Key == key {
-			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(cond.Revision))
+			opts = append(opts, natsjs.WithExpectLastSequencePerSubject(cond.Revision))
 		} else {
-			opts = append(opts, jetstream.WithExpectLastSequenceForSubject(cond.Revision, s.subject(cond.Key)))
+			opts = append(opts, natsjs.WithExpectLastSequenceForSubject(cond.Revision, s.subject(cond.Key)))
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
@@ -383,42 +358,42 @@ func (s *JetStream) write(ctx context.Context, op, key string, value []byte, del
 	ack, err := s.js.PublishMsg(ctx, msg, opts...)
 	if err != nil {
 		if isWrongLastSequence(err) {
-			return Revision{}, fmt.Errorf("%w: %s: %v", ErrRevisionMismatch, what, err)
+			return kv.Revision{}, fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err)
 		}
 		err = s.wrap(what, err)
-		if errors.Is(err, ErrUnavailable) {
+		if errors.Is(err, kv.ErrUnavailable) {
 			s.markDown(err)
 		}
-		return Revision{}, err
+		return kv.Revision{}, err
 	}
-	return Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil
+	return kv.Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil
 }
 
 // Range implements Store. It reads every key's last value with an ordered
 // consumer, so its cost grows with the bucket, not with the prefix.
-func (s *JetStream) Range(ctx context.Context, prefix string) ([]Entry, error) {
+func (s *Store) Range(ctx context.Context, prefix string) ([]kv.Entry, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
-	w, err := s.handles().kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := s.handles().bucket.WatchAll(ctx, natsjs.IgnoreDeletes())
 	if err != nil {
 		return nil, s.wrap("range "+prefix, err)
 	}
 	defer func() { _ = w.Stop() }()
-	var out []Entry
+	var out []kv.Entry
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, s.wrap("range "+prefix, ctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("%w: range %s: the watch closed", ErrUnavailable, prefix)
+				return nil, fmt.Errorf("%w: range %s: the watch closed", kv.ErrUnavailable, prefix)
 			}
 			if e == nil { // every current value has been delivered
-				slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+				slices.SortFunc(out, func(a, b kv.Entry) int { return strings.Compare(a.Key, b.Key) })
 				return out, nil
 			}
 			if strings.HasPrefix(e.Key(), prefix) && e.Key() != s.cfg.EpochKey {
-				out = append(out, Entry{Key: e.Key(), Value: clone(e.Value()), Revision: e.Revision()})
+				out = append(out, kv.Entry{Key: e.Key(), Value: bytes.Clone(e.Value()), Revision: e.Revision()})
 			}
 		}
 	}
@@ -427,7 +402,7 @@ func (s *JetStream) Range(ctx context.Context, prefix string) ([]Entry, error) {
 // Clear implements Store: it purges the bucket's stream, which removes
 // every key, the epoch key included, and creates a new epoch. Sequence
 // numbers keep growing.
-func (s *JetStream) Clear(ctx context.Context) error {
+func (s *Store) Clear(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	if err := s.handles().stream.Purge(pctx); err != nil {
@@ -439,59 +414,59 @@ func (s *JetStream) Clear(ctx context.Context) error {
 
 // Epoch implements Store: it reads the epoch key, and creates it with a new
 // epoch if it is missing.
-func (s *JetStream) Epoch(ctx context.Context) (string, error) {
+func (s *Store) Epoch(ctx context.Context) (string, error) {
 	for range 5 {
 		e, err := s.Get(ctx, s.cfg.EpochKey)
 		if err == nil && len(e.Value) > 0 {
 			s.setEpoch(string(e.Value))
 			return string(e.Value), nil
 		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
 			return "", err
 		}
-		epoch := newEpoch()
+		epoch := kv.NewEpoch()
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		_, err = s.handles().kv.Create(cctx, s.cfg.EpochKey, []byte(epoch))
+		_, err = s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
 		cancel()
 		if err == nil {
 			s.setEpoch(epoch)
 			s.log.Info("new epoch", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
 			return epoch, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		if !errors.Is(err, natsjs.ErrKeyExists) {
 			return "", s.wrap("create epoch", err)
 		}
 		// Another process created it first: read theirs.
 	}
-	return "", fmt.Errorf("%w: the epoch key keeps changing", ErrUnavailable)
+	return "", fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
 }
 
 // LastRevision implements Watcher: the stream's last sequence number, as its
 // leader knows it (0 if the bucket is empty).
-func (s *JetStream) LastRevision(ctx context.Context) (Revision, error) {
+func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	if err := s.writable(); err != nil {
-		return Revision{}, fmt.Errorf("%w: last revision: %v", ErrUnavailable, err)
+		return kv.Revision{}, fmt.Errorf("%w: last revision: %v", kv.ErrUnavailable, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	info, err := s.handles().stream.Info(ctx)
 	if err != nil {
-		return Revision{}, s.wrap("last revision", err)
+		return kv.Revision{}, s.wrap("last revision", err)
 	}
-	rev := Revision{Epoch: s.lastEpoch()}
+	rev := kv.Revision{Epoch: s.lastEpoch()}
 	if info.State.Msgs > 0 {
 		rev.Seq = info.State.LastSeq
 	}
 	return rev, nil
 }
 
-func (s *JetStream) setEpoch(e string) {
+func (s *Store) setEpoch(e string) {
 	if old := s.epoch.Load(); old == nil || *old != e {
 		s.epoch.Store(&e)
 	}
 }
 
-func (s *JetStream) lastEpoch() string {
+func (s *Store) lastEpoch() string {
 	if e := s.epoch.Load(); e != nil {
 		return *e
 	}

@@ -3,11 +3,13 @@ package kv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
-// What a store shared by several processes offers beyond Store. JetStream
-// implements all of it; Memory, which one process owns, needs none of it.
+// What a store shared by several processes offers beyond Store. The
+// JetStream store (package kv/jetstream) and SharedMemory implement all of
+// it; Memory, which one process owns, needs none of it.
 
 // ErrUnavailable is wrapped by the errors of a shared store that cannot be
 // reached or cannot take writes at the moment (no quorum, bucket or server
@@ -110,4 +112,9 @@ type Shared interface {
 	Store
 	Conditional
 	Watcher
+}
+
+// String describes an event, for logs and test failures.
+func (e Event) String() string {
+	return fmt.Sprintf("%s %q @%s/%d exact=%t", e.Op, e.Key, e.Revision.Epoch, e.Revision.Seq, e.Exact)
 }

@@ -1,30 +1,31 @@
-package kv
+package jetstream
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"flowstate/kv"
 )
 
 // errStartOver ends one pass of a watch that must start over.
-var errStartOver = errors.New("kv: the watch must start over")
+var errStartOver = errors.New("jetstream: the watch must start over")
 
 // Watch implements Watcher with an ordered push consumer of the bucket's
 // stream: it delivers each key's last write (DeliverLastPerSubject), then
 // every later write, in stream order, and recreates itself where it left
 // off when it misses two idle heartbeats (a server died, the connection
-// moved). A pass ends, and the next one begins with OpReset, when the epoch
+// moved). A pass ends, and the next one begins with kv.OpReset, when the epoch
 // key is deleted or changes, when sequence numbers go back (the bucket was
 // recreated), when the periodic read of the epoch key finds it missing or
 // changed (a purge is silent to consumers), or when the consumer gives up.
-func (s *JetStream) Watch(ctx context.Context, fn func(Event)) error {
+func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 	wait := s.cfg.ProbeInterval
 	for {
 		err := s.watchPass(ctx, fn)
@@ -61,9 +62,9 @@ func (w *watchSub) deliver(m *nats.Msg) {
 	}
 }
 
-// watchPass runs one pass of Watch, from OpReset until it must start over
+// watchPass runs one pass of Watch, from kv.OpReset until it must start over
 // (errStartOver), fails, or ctx ends.
-func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
+func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	if err := s.ensureBucket(ctx, false); err != nil {
 		return err
 	}
@@ -88,7 +89,7 @@ func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
 	if err != nil {
 		return s.wrap("watch", err)
 	}
-	fn(Event{Op: OpReset, Revision: Revision{Epoch: epoch}})
+	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch}})
 
 	var (
 		last   uint64 // sequence number of the last write delivered
@@ -96,7 +97,7 @@ func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
 		exact  = synced
 	)
 	if synced {
-		fn(Event{Op: OpSynced, Revision: Revision{Epoch: epoch}, Exact: true})
+		fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch}, Exact: true})
 	}
 	check := time.NewTicker(s.cfg.CheckInterval)
 	defer check.Stop()
@@ -105,7 +106,7 @@ func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.closed:
-			return errors.New("kv: the watch's consumer closed")
+			return errors.New("jetstream: the watch's consumer closed")
 		case <-check.C:
 			if s.epochChanged(ctx, epoch) {
 				return errStartOver
@@ -122,11 +123,11 @@ func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
 				return errStartOver
 			}
 			key := strings.TrimPrefix(m.Subject, s.prefix)
-			op := OpPut
+			op := kv.OpPut
 			if isDeletion(m.Header) {
-				op = OpDelete
+				op = kv.OpDelete
 			}
-			if key == s.cfg.EpochKey && (op == OpDelete || string(m.Data) != epoch) {
+			if key == s.cfg.EpochKey && (op == kv.OpDelete || string(m.Data) != epoch) {
 				s.log.Info("the epoch key changed", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
 				return errStartOver
 			}
@@ -136,14 +137,14 @@ func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
 				exact = (exact && seq == last+1) || meta.NumPending == 0
 			}
 			last = seq
-			ev := Event{Op: op, Key: key, Revision: Revision{Epoch: epoch, Seq: seq}, Time: meta.Timestamp, Exact: synced && exact}
-			if op == OpPut {
+			ev := kv.Event{Op: op, Key: key, Revision: kv.Revision{Epoch: epoch, Seq: seq}, Time: meta.Timestamp, Exact: synced && exact}
+			if op == kv.OpPut {
 				ev.Value = m.Data
 			}
 			fn(ev)
 			if !synced && meta.NumPending == 0 {
 				synced, exact = true, true
-				fn(Event{Op: OpSynced, Revision: Revision{Epoch: epoch, Seq: last}, Exact: true})
+				fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch, Seq: last}, Exact: true})
 			}
 		}
 	}
@@ -151,16 +152,16 @@ func (s *JetStream) watchPass(ctx context.Context, fn func(Event)) error {
 
 // epochChanged reads the epoch key: it reports true if the key is missing
 // or holds another epoch, and false if it holds epoch or cannot be read.
-func (s *JetStream) epochChanged(ctx context.Context, epoch string) bool {
+func (s *Store) epochChanged(ctx context.Context, epoch string) bool {
 	e, err := s.Get(ctx, s.cfg.EpochKey)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, kv.ErrNotFound):
 		s.log.Info("the epoch key is gone: the bucket was wiped", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
 		return true
 	case err != nil:
 		// A bucket that is gone is recreated by the next pass; any other
 		// failure is JetStream being unavailable, which the watch outlasts.
-		return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
+		return errors.Is(err, natsjs.ErrStreamNotFound) || errors.Is(err, natsjs.ErrBucketNotFound)
 	case string(e.Value) != epoch:
 		s.log.Info("the epoch key changed", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch),
 			slog.String("new_epoch", string(e.Value)))
@@ -184,9 +185,4 @@ func isDeletion(h nats.Header) bool {
 		return true
 	}
 	return false
-}
-
-// String describes an event, for logs and test failures.
-func (e Event) String() string {
-	return fmt.Sprintf("%s %q @%s/%d exact=%t", e.Op, e.Key, e.Revision.Epoch, e.Revision.Seq, e.Exact)
 }

@@ -1,4 +1,4 @@
-package kv
+package jetstream
 
 import (
 	"context"
@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"flowstate/kv"
 )
 
 // writable returns an error when a write cannot succeed now: the connection
 // is not up, or JetStream was found unavailable and no probe has found it
 // back yet. It spares a caller the OpTimeout of a write that would fail.
-func (s *JetStream) writable() error {
+func (s *Store) writable() error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("NATS connection %s", st)
 	}
@@ -26,7 +28,7 @@ func (s *JetStream) writable() error {
 
 // markDown records that JetStream is unavailable and starts the probe that
 // will find it back.
-func (s *JetStream) markDown(cause error) {
+func (s *Store) markDown(cause error) {
 	if s.down.Swap(true) {
 		return
 	}
@@ -46,7 +48,7 @@ func (s *JetStream) markDown(cause error) {
 // probe is a write (a deletion of ProbeKey), because a stream leader that
 // lost its quorum still answers requests for information until it steps
 // down, but cannot store anything.
-func (s *JetStream) probe() {
+func (s *Store) probe() {
 	defer s.wg.Done()
 	start := time.Now()
 	t := time.NewTicker(s.cfg.ProbeInterval)
@@ -88,7 +90,7 @@ func (s *JetStream) probe() {
 
 // probeWrite writes a deletion of ProbeKey, which stays the bucket's only
 // message for that key and is not listed by Range.
-func (s *JetStream) probeWrite(ctx context.Context) error {
+func (s *Store) probeWrite(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()
 	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
@@ -99,13 +101,13 @@ func (s *JetStream) probeWrite(ctx context.Context) error {
 	return nil
 }
 
-// wrap describes err, a failed request about what; it wraps ErrUnavailable
+// wrap describes err, a failed request about what; it wraps kv.ErrUnavailable
 // when JetStream could not be reached or could not answer.
-func (s *JetStream) wrap(what string, err error) error {
+func (s *Store) wrap(what string, err error) error {
 	if unavailable(err) {
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+		return fmt.Errorf("%w: %s: %w", kv.ErrUnavailable, what, err)
 	}
-	return fmt.Errorf("kv: %s: %w", what, err)
+	return fmt.Errorf("jetstream: %s: %w", what, err)
 }
 
 // unavailable reports whether err means that JetStream could not take the
@@ -119,34 +121,34 @@ func unavailable(err error) bool {
 		nats.ErrConnectionDraining,
 		nats.ErrConnectionReconnecting,
 		nats.ErrDisconnected,
-		jetstream.ErrNoStreamResponse,
-		jetstream.ErrStreamNotFound,
-		jetstream.ErrBucketNotFound,
-		jetstream.ErrJetStreamNotEnabled,
-		jetstream.ErrJetStreamNotEnabledForAccount,
+		natsjs.ErrNoStreamResponse,
+		natsjs.ErrStreamNotFound,
+		natsjs.ErrBucketNotFound,
+		natsjs.ErrJetStreamNotEnabled,
+		natsjs.ErrJetStreamNotEnabledForAccount,
 	} {
 		if errors.Is(err, target) {
 			return true
 		}
 	}
-	var apiErr *jetstream.APIError
+	var apiErr *natsjs.APIError
 	return errors.As(err, &apiErr) && apiErr.Code >= 500
 }
 
 // isWrongLastSequence reports whether err is JetStream's refusal of a
 // conditional write: 10071, or 10164 on replicated streams.
 func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
+	var apiErr *natsjs.APIError
 	if !errors.As(err, &apiErr) {
 		return false
 	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 // Available reports whether writes can go through now, as far as the store
 // knows: the connection is up and no write has found JetStream unavailable
 // since the last successful probe.
-func (s *JetStream) Available() bool {
+func (s *Store) Available() bool {
 	return s.writable() == nil
 }

@@ -1,0 +1,49 @@
+// Package jetstream is a kv.Shared on a NATS JetStream key-value bucket,
+// which several workers share: Open returns a Store, a kv.Store that is also
+// kv.Conditional and a kv.Watcher. Package kv and the domain do not link
+// nats.go; only this package and the daemon that wires it do.
+//
+// Keys and values are stored as given: key k is the bucket's key k (subject
+// $KV.<bucket>.k), so `nats kv get <bucket> <key>` shows what was put. Keys
+// are made of letters, digits and - / _ = . (no leading, trailing or double
+// dot); '/' is part of a key, not a separator, so Range lists the bucket and
+// filters by prefix.
+//
+// Revisions are the stream's sequence numbers: per key they are the bucket's
+// revisions, and across keys they order every write of every process.
+//
+// Epoch: the bucket holds one reserved key (EpochKey) whose value, 16 random
+// hex digits, names the bucket's lineage. The first process to find it
+// missing creates it with a create-only write, so that exactly one value
+// wins. Clear purges the bucket and creates a new epoch; a bucket wiped or
+// recreated by anyone else loses the key, and a Watch notices (from the
+// key's deletion, from sequence numbers going back, or from its periodic
+// read of the key) and starts over with kv.OpReset at the new epoch; deleting
+// the key alone starts a new epoch over the keys that remain. The epoch of a
+// write's kv.Revision is the one this store last saw.
+//
+// Availability: every request is bounded by OpTimeout. A write that finds
+// JetStream unavailable (no quorum, no stream, no connection, timeout)
+// returns an error wrapping kv.ErrUnavailable, and so does every write after
+// it, at once, until a probe (every ProbeInterval) finds the bucket
+// taking writes again (it writes a deletion of ProbeKey); the probe also
+// recreates a bucket that was deleted.
+// So a worker answers quickly while JetStream is down, and recovers by
+// itself.
+//
+// Server version: conditional writes fenced on another key use the header
+// Nats-Expected-Last-Subject-Sequence-Subject, which stream leaders enforce
+// from nats-server 2.11 (RequiredServerVersion); an older leader ignores
+// it and stores the write. Open refuses such a server with a
+// *ServerTooOldError: at once when the connected server's INFO names an
+// older version, and otherwise after a probe write on the bucket's stream
+// leader (another server, in a cluster in the middle of an upgrade).
+//
+// Cost, measured on a 2-core VM that also ran the server and the load
+// (README, Backends): a write is one JetStream round trip, about 0.4 ms, so
+// a worker that writes one report at a time and waits for its watch acks
+// some 2,500 reports a second (memory storage, R1), 2,200 with file
+// storage, 730 with three workers on an R3 bucket of three servers on the
+// same two cores. Another store's watch delivers a write within 1.2 ms
+// (p99) of its acknowledgement.
+package jetstream

@@ -1,0 +1,358 @@
+package kv
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// errDown is why a SharedMemory refuses calls while SetUnavailable(true).
+var errDown = errors.New("made unavailable by SetUnavailable")
+
+// SharedMemoryOptions configures a SharedMemory. The zero value is ready to
+// use.
+type SharedMemoryOptions struct {
+	// Now is the store's clock, which stamps Event.Time; time.Now if nil.
+	Now func() time.Time
+}
+
+// SharedMemory is a Shared store held in process memory: what a NATS
+// JetStream key-value bucket (package kv/jetstream) offers several
+// processes, in one process, so that the code that shares a store (a
+// replica, a lease) can be tested deterministically without a server.
+//
+// It behaves as a bucket that keeps one value per key: each key's last
+// write, a deletion included, is kept with its sequence number, so a
+// Condition on a deleted key holds on the deletion's revision, and a watch
+// that falls behind skips the writes that later ones replaced (Event.Exact
+// is false until it has caught up). Sequence numbers keep growing across a
+// Clear, which starts a new epoch and makes every watch start over with
+// OpReset.
+//
+// Test hooks: SetUnavailable makes every call fail with ErrUnavailable,
+// LoseAcks stores writes but answers them with ErrUnavailable, and
+// StallWatches holds every watch back until ResumeWatches.
+type SharedMemory struct {
+	now func() time.Time
+
+	mu      sync.Mutex              // guards every field below
+	entries map[string]*sharedEntry // each key's last write, deletions included
+	// order lists writes in sequence order; an item whose key has been
+	// written again since is stale, and dropped by compactLocked.
+	order    []sharedWrite
+	seq      uint64 // sequence number of the last write
+	epoch    string
+	down     bool
+	lostAcks int // writes still to be stored but answered with ErrUnavailable
+	stalled  bool
+	changed  chan struct{} // closed, and replaced, when watches have something new to see
+}
+
+type sharedEntry struct {
+	value   []byte // nil if deleted
+	seq     uint64
+	deleted bool
+	time    time.Time
+}
+
+type sharedWrite struct {
+	seq uint64
+	key string
+}
+
+var _ Shared = (*SharedMemory)(nil)
+
+// NewSharedMemory returns an empty shared store with a new epoch.
+func NewSharedMemory(opts SharedMemoryOptions) *SharedMemory {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &SharedMemory{
+		now:     opts.Now,
+		entries: make(map[string]*sharedEntry),
+		epoch:   NewEpoch(),
+		changed: make(chan struct{}),
+	}
+}
+
+// SetUnavailable makes every call (reads, writes, Epoch, LastRevision)
+// fail with an error wrapping ErrUnavailable while down is true, storing
+// nothing, as a bucket without quorum does. Watches go on; they have
+// nothing new to deliver.
+func (s *SharedMemory) SetUnavailable(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+// LoseAcks makes the next n writes succeed but return an error wrapping
+// ErrUnavailable, as writes whose acknowledgement was lost: stored and
+// delivered to watches, though the writer was told they failed.
+func (s *SharedMemory) LoseAcks(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lostAcks = n
+}
+
+// Available reports whether calls go through: false after
+// SetUnavailable(true), until SetUnavailable(false).
+func (s *SharedMemory) Available() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.down
+}
+
+// StallWatches holds every watch back: once it has returned, no watch
+// delivers a write made (or starts over after a Clear made) after it,
+// until ResumeWatches. An event a watch had already taken may still be
+// delivered.
+func (s *SharedMemory) StallWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled = true
+}
+
+// ResumeWatches lets every watch go on from where it stopped: writes
+// replaced while it was stalled are skipped, as a bucket does.
+func (s *SharedMemory) ResumeWatches() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalled = false
+	s.notifyLocked()
+}
+
+func (s *SharedMemory) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *SharedMemory) availableLocked(what string) error {
+	if s.down {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, errDown)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *SharedMemory) Get(_ context.Context, key string) (Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.availableLocked("get " + key); err != nil {
+		return Entry{}, err
+	}
+	e, ok := s.entries[key]
+	if !ok || e.deleted {
+		return Entry{}, ErrNotFound
+	}
+	return Entry{Key: key, Value: clone(e.value), Revision: e.seq}, nil
+}
+
+// Range implements Store.
+func (s *SharedMemory) Range(_ context.Context, prefix string) ([]Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.availableLocked("range " + prefix); err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for k, e := range s.entries {
+		if !e.deleted && strings.HasPrefix(k, prefix) {
+			out = append(out, Entry{Key: k, Value: clone(e.value), Revision: e.seq})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+// Put implements Store.
+func (s *SharedMemory) Put(_ context.Context, key string, value []byte) (Revision, error) {
+	return s.write("put", key, value, false, nil)
+}
+
+// Delete implements Store. Deleting a missing key writes a deletion too.
+func (s *SharedMemory) Delete(_ context.Context, key string) (Revision, error) {
+	return s.write("delete", key, nil, true, nil)
+}
+
+// PutIf implements Conditional.
+func (s *SharedMemory) PutIf(_ context.Context, key string, value []byte, cond Condition) (Revision, error) {
+	return s.write("put", key, value, false, &cond)
+}
+
+// DeleteIf implements Conditional.
+func (s *SharedMemory) DeleteIf(_ context.Context, key string, cond Condition) (Revision, error) {
+	return s.write("delete", key, nil, true, &cond)
+}
+
+func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condition) (Revision, error) {
+	what := op + " " + key
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.availableLocked(what); err != nil {
+		return Revision{}, err
+	}
+	if cond != nil {
+		var last uint64
+		if e, ok := s.entries[cond.Key]; ok {
+			last = e.seq
+		}
+		if last != cond.Revision {
+			return Revision{}, fmt.Errorf("%w: %s: the last write of %s is %d, not %d",
+				ErrRevisionMismatch, what, cond.Key, last, cond.Revision)
+		}
+	}
+	s.seq++
+	e := &sharedEntry{seq: s.seq, deleted: del, time: s.now()}
+	if !del {
+		e.value = clone(value)
+	}
+	s.entries[key] = e
+	s.order = append(s.order, sharedWrite{seq: s.seq, key: key})
+	s.compactLocked()
+	s.notifyLocked()
+	if s.lostAcks > 0 {
+		s.lostAcks--
+		return Revision{}, fmt.Errorf("%w: %s: stored as %d, but the acknowledgement was lost (LoseAcks)", ErrUnavailable, what, s.seq)
+	}
+	return Revision{Epoch: s.epoch, Seq: s.seq}, nil
+}
+
+// compactLocked drops stale items from order once they outnumber the keys,
+// so that order stays within twice the number of keys.
+func (s *SharedMemory) compactLocked() {
+	if len(s.order) <= 2*len(s.entries)+64 {
+		return
+	}
+	s.order = slices.DeleteFunc(s.order, func(w sharedWrite) bool { return s.entries[w.key].seq != w.seq })
+}
+
+// Clear implements Store: it removes every key, deletions included, and
+// starts a new epoch; every watch starts over. Sequence numbers keep
+// growing.
+func (s *SharedMemory) Clear(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.availableLocked("clear"); err != nil {
+		return err
+	}
+	s.entries = make(map[string]*sharedEntry)
+	s.order = nil
+	s.epoch = NewEpoch()
+	s.notifyLocked()
+	return nil
+}
+
+// Epoch implements Store.
+func (s *SharedMemory) Epoch(context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.availableLocked("epoch"); err != nil {
+		return "", err
+	}
+	return s.epoch, nil
+}
+
+// LastRevision implements Watcher.
+func (s *SharedMemory) LastRevision(context.Context) (Revision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.availableLocked("last revision"); err != nil {
+		return Revision{}, err
+	}
+	return Revision{Epoch: s.epoch, Seq: s.seq}, nil
+}
+
+// Watch implements Watcher. It returns only when ctx ends.
+func (s *SharedMemory) Watch(ctx context.Context, fn func(Event)) error {
+	for {
+		if err := s.watchPass(ctx, fn); err != nil {
+			return err
+		}
+	}
+}
+
+// watchPass delivers OpReset, the current entries, OpSynced and then live
+// writes, until the epoch changes (nil) or ctx ends (its error).
+func (s *SharedMemory) watchPass(ctx context.Context, fn func(Event)) error {
+	s.mu.Lock()
+	for s.stalled {
+		if err := s.waitLocked(ctx); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
+	epoch, last := s.epoch, s.seq
+	var current []Event
+	for _, w := range s.order {
+		if e := s.entries[w.key]; e.seq == w.seq && !e.deleted {
+			current = append(current, Event{Op: OpPut, Key: w.key, Value: clone(e.value),
+				Revision: Revision{Epoch: epoch, Seq: w.seq}, Time: e.time})
+		}
+	}
+	s.mu.Unlock()
+
+	fn(Event{Op: OpReset, Revision: Revision{Epoch: epoch}})
+	for _, ev := range current {
+		fn(ev)
+	}
+	fn(Event{Op: OpSynced, Revision: Revision{Epoch: epoch, Seq: last}, Exact: true})
+	exact := true
+	for {
+		ev, ok, err := s.next(ctx, epoch, last, exact)
+		if err != nil || !ok {
+			return err
+		}
+		last, exact = ev.Revision.Seq, ev.Exact
+		fn(ev)
+	}
+}
+
+// next waits for the first write after last in epoch and returns it; ok is
+// false when the epoch has changed.
+func (s *SharedMemory) next(ctx context.Context, epoch string, last uint64, exact bool) (ev Event, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if !s.stalled {
+			if s.epoch != epoch {
+				return Event{}, false, nil
+			}
+			i, _ := slices.BinarySearchFunc(s.order, last+1, func(w sharedWrite, seq uint64) int { return cmp.Compare(w.seq, seq) })
+			for ; i < len(s.order); i++ {
+				w := s.order[i]
+				e := s.entries[w.key]
+				if e.seq != w.seq {
+					continue // replaced by a later write
+				}
+				ev := Event{Op: OpPut, Key: w.key, Value: clone(e.value), Revision: Revision{Epoch: epoch, Seq: w.seq},
+					Time: e.time, Exact: (exact && w.seq == last+1) || w.seq == s.seq}
+				if e.deleted {
+					ev.Op, ev.Value = OpDelete, nil
+				}
+				return ev, true, nil
+			}
+		}
+		if err := s.waitLocked(ctx); err != nil {
+			return Event{}, false, err
+		}
+	}
+}
+
+// waitLocked waits, without the lock, until something changes or ctx ends.
+func (s *SharedMemory) waitLocked(ctx context.Context) error {
+	changed := s.changed
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-changed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

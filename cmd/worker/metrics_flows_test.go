@@ -142,3 +142,17 @@ func TestMetricsFlowsFlagIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 7, cfg.MetricsFlows)
 }
+
+// BenchmarkLargestFlows selects the 10 largest of 100,000 flows (the
+// default --max-total-flows), as a refresh of the per-flow metrics does.
+func BenchmarkLargestFlows(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	flows := make([]flowstate.Flow, 100_000)
+	for i := range flows {
+		flows[i] = flowstate.Flow{ID: flowstate.FlowID(i), Has: flowstate.HasStateSize, StateSize: rng.Uint64()}
+	}
+	var top []flowstate.Flow
+	for b.Loop() {
+		top = largestFlows(top[:0], flows, 10)
+	}
+}

@@ -74,6 +74,13 @@ const (
 	endpointNodes     = "nodes"
 )
 
+// logMessage is the message of fail's log line, per endpoint.
+var logMessage = map[string]string{
+	endpointHeartbeat: "report rejected",
+	endpointGet:       "get failed",
+	endpointNodes:     "nodes request failed",
+}
+
 // failure is an error at the NATS edge and where it happened.
 type failure struct {
 	endpoint string // endpointHeartbeat, endpointGet or endpointNodes
@@ -115,7 +122,7 @@ func (w *Worker) fail(f failure) verdict {
 			attrs = append(attrs, slog.String("reply_err", err.Error()))
 		}
 	}
-	w.logThrottled(level, f.endpoint+" failed", attrs...)
+	w.logThrottled(level, logMessage[f.endpoint], attrs...)
 	return v
 }
 

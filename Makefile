@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test
 
 all: build
 
@@ -29,7 +29,19 @@ lint: vet
 js-deps:
 	cd e2e/js && npm install --no-package-lock --no-audit --no-fund
 
-test: vet js-deps
+# promtool checks and unit-tests the alerting rules in deploy/prometheus. It
+# comes from Debian's prometheus package, installed when missing (as root, as
+# in CI on a Debian machine).
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "promtool missing: installing Debian's prometheus package"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+
+rules-test: promtool
+	promtool check rules deploy/prometheus/alerts.yml
+	cd deploy/prometheus && promtool test rules alerts_test.yml
+
+test: vet js-deps rules-test
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Go benchmarks of the hot paths, then the end-to-end load test against a

@@ -19,6 +19,13 @@ const (
 	// node's next report heals the state.
 	DefaultPendingMsgs  = 1 << 20
 	DefaultPendingBytes = 64 << 20
+	// DefaultEndpointPendingMsgs and DefaultEndpointPendingBytes bound the
+	// queue of each micro endpoint (get, nodes): a flood of requests past
+	// them is dropped and counted (Stats.EndpointOverflows) instead of
+	// queued for seconds, so a legitimate request after the flood waits
+	// for at most this many before it.
+	DefaultEndpointPendingMsgs  = 256
+	DefaultEndpointPendingBytes = 4 << 20
 )
 
 // Config configures a Worker. Empty strings and zero limits take the
@@ -31,9 +38,14 @@ type Config struct {
 	MaxFlows        int           // most distinct flows one report may name
 	PendingMsgs     int           // pending message limit of the heartbeat subscription
 	PendingBytes    int           // pending byte limit of the heartbeat subscription
-	Version         string        // reported by $SRV.INFO; "0.0.0" if empty
+	// EndpointPendingMsgs and EndpointPendingBytes are the pending limits
+	// of each micro endpoint's subscription (get, nodes).
+	EndpointPendingMsgs  int
+	EndpointPendingBytes int
+	Version              string // reported by $SRV.INFO; "0.0.0" if empty
 	// DeadLetterSubject, if set, receives every rejected report's body with
-	// the reason in headers (see the Header* constants). Empty: off.
+	// the reason in headers (protocol.HeaderReject*). Empty: off. It must
+	// not be a subject the worker consumes or publishes (Validate).
 	DeadLetterSubject string
 	// NodeTTL, if positive, evicts a node silent for longer than that, as if
 	// it had sent an empty report. 0: nodes stay until they report again.
@@ -61,6 +73,12 @@ func (c Config) withDefaults() Config {
 	if c.PendingBytes == 0 {
 		c.PendingBytes = DefaultPendingBytes
 	}
+	if c.EndpointPendingMsgs == 0 {
+		c.EndpointPendingMsgs = DefaultEndpointPendingMsgs
+	}
+	if c.EndpointPendingBytes == 0 {
+		c.EndpointPendingBytes = DefaultEndpointPendingBytes
+	}
 	if c.Version == "" {
 		c.Version = "0.0.0"
 	}
@@ -81,6 +99,9 @@ func (c Config) Validate() error {
 	if err := protocol.ValidateSubject("dead-letter subject", c.DeadLetterSubject); err != nil {
 		return err
 	}
+	if err := c.validDeadLetter(); err != nil {
+		return err
+	}
 	if c.NodeTTL < 0 {
 		return fmt.Errorf("node TTL %v is negative", c.NodeTTL)
 	}
@@ -90,8 +111,28 @@ func (c Config) Validate() error {
 	if c.MaxFlows < 0 {
 		return fmt.Errorf("max flows %d is negative", c.MaxFlows)
 	}
-	if c.PendingMsgs < 0 || c.PendingBytes < 0 {
+	if c.PendingMsgs < 0 || c.PendingBytes < 0 || c.EndpointPendingMsgs < 0 || c.EndpointPendingBytes < 0 {
 		return errors.New("pending limits must not be negative")
+	}
+	return nil
+}
+
+// validDeadLetter refuses a dead-letter subject that the worker consumes or
+// publishes: a rejected report sent there would come back to the worker, be
+// rejected again and loop forever, or reach the frontends as state.
+func (c Config) validDeadLetter() error {
+	dl := c.DeadLetterSubject
+	if dl == "" {
+		return nil
+	}
+	s := protocol.SubjectsOf(c.Prefix)
+	if protocol.Overlaps(s.Heartbeats, dl) {
+		return fmt.Errorf("dead-letter subject %q is one the worker consumes (%s): rejected reports would loop", dl, s.Heartbeats)
+	}
+	for _, own := range []string{s.State, s.Delta, s.Get, s.Nodes} {
+		if dl == own {
+			return fmt.Errorf("dead-letter subject %q is one the worker publishes or serves", dl)
+		}
 	}
 	return nil
 }

@@ -1,29 +1,51 @@
-// Package consumer connects the flow state manager to NATS: it applies the
-// heartbeat reports that flownodes publish, publishes the aggregate to
-// frontends and answers their gets, as PROTOCOL.md describes.
+// Package consumer is the worker's NATS edge: it applies the heartbeat
+// reports that flownodes send, publishes the aggregate to frontends and
+// answers their gets and node-view requests, as PROTOCOL.md describes. It
+// knows NATS and the flowstate domain types; the state itself is behind the
+// small State interface declared here (a flowstate.Manager, or a replica of
+// a store shared by several workers), and cmd/worker wires the two.
 //
-// A Worker holds one queue-group subscription on <prefix>.heartbeat.*. The
-// NATS client delivers its messages to one goroutine, in arrival order, and
-// the Worker applies each one there before it takes the next: reports are
-// never applied in parallel. A report sent as a request is acknowledged only
-// once it has been applied, so a get that follows the ack sees it.
+// What it owns:
 //
-// After a report that changed the aggregate, the Worker publishes the
-// aggregate on <prefix>.state, coalesced to one update per PublishInterval:
-// the first change after a quiet interval goes out at once, later changes go
-// out together at the end of the interval, and the last state is always
-// published. The aggregate key of the store is written at the same cadence.
+//   - Intake. A Worker holds one queue-group subscription on
+//     <prefix>.heartbeat.*. The NATS client delivers its messages to one
+//     goroutine, in arrival order, and the Worker applies each one there
+//     before it takes the next: reports are never applied in parallel. A
+//     report sent as a request is acknowledged only once State.MergeFlows
+//     has returned, so a get that follows the ack sees it.
+//   - Publishing. After a change, the Worker writes the aggregate key
+//     (State.Flush) and publishes the aggregate on <prefix>.state, coalesced
+//     to one update per PublishInterval: the first change after a quiet
+//     interval goes out at once, later ones together at the end of the
+//     interval, and the last state always. Its own reports signal changes;
+//     a replica signals the changes of other workers' reports with Changed,
+//     which never blocks. Where State.Flush answers flowstate.ErrNotPublisher
+//     (another worker holds the publisher lease), nothing is published.
+//   - The micro service "flowstate" ($SRV.PING, $SRV.INFO, $SRV.STATS) with
+//     its get (<prefix>.state.get) and nodes (<prefix>.state.nodes)
+//     endpoints, each served from an encoding cached per state version, each
+//     with a bounded queue (Config.EndpointPendingMsgs): a flood is dropped
+//     and counted (Stats.EndpointOverflows), and a request after it waits
+//     for at most that queue. A node view that cannot fit the max payload is
+//     refused from the node count, before anything is copied or encoded.
+//   - One error path. Handlers return errors; one function (fail, in
+//     errors.go) turns an error into a code (400 bad input, 413 too large,
+//     503 unavailable or shutting down, 507 a capacity limit
+//     (flowstate.ErrCapacity), 500 anything else), an error reply with the
+//     service error headers, a counter by reason and one log line with fixed
+//     keys (subject, node_id, reason, code, err). Every log line a remote
+//     peer can trigger goes through one rate-limiter (throttle.go), and the
+//     subject tokens and reasons it echoes are cut to a bounded length.
+//   - Eviction (Config.NodeTTL): nodes silent past the TTL are evicted, with
+//     one log line per sweep.
+//   - Shutdown, bounded by its context: intake stops at once, reports
+//     already received are applied and acked for half the time left, the
+//     rest are dropped and counted (Stats.DroppedAtShutdown), then the last
+//     state is published. Handlers run under a base context that Shutdown
+//     cancels.
 //
-// The get endpoint (<prefix>.state.get) is an endpoint of the NATS micro
-// service "flowstate", so $SRV.PING, $SRV.INFO and $SRV.STATS discover it.
-// Gets are served from an encoding cached per state version.
-//
-// With a manager that follows a store shared by several workers
-// (flowstate.Manager.Follow, a JetStream bucket), every worker of the queue
-// group serves the one state: an ack waits until the report is stored and
-// in this worker's state, a get runs the manager's read barrier first (if
-// JetStream cannot answer it, the get serves this worker's state), changes
-// come from the manager (every worker's reports), and only the worker that
-// holds the publisher lease writes the aggregate key and publishes. A report
-// the store cannot take is answered 503 (judge), and nothing is acked.
+// A report the state refuses is answered with its code and nothing is
+// acked; a report rejected as bad input (400) may be copied to a
+// dead-letter subject, which may not be one the worker consumes or
+// publishes (Config.Validate).
 package consumer

@@ -19,7 +19,7 @@ import (
 // accepts application/json.
 func (w *Worker) handleGet(req micro.Request) {
 	asJSON := wantsJSON(req.Headers().Get(protocol.HeaderAccept))
-	ctx := context.Background()
+	ctx := w.ctx
 	if err := w.mgr.Sync(ctx); err != nil {
 		// A shared store's read barrier failed: serve what this worker has.
 		w.logThrottled(slog.LevelWarn, "get served without a read barrier", slog.String("subject", req.Subject()), slog.Any("err", err))

@@ -1,7 +1,6 @@
 package consumer_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -46,25 +45,20 @@ func connect(tb testing.TB, s *server.Server) *nats.Conn {
 type fixture struct {
 	srv    *server.Server
 	nc     *nats.Conn // the client's
+	wc     *nats.Conn // the worker's
 	worker *consumer.Worker
 	store  *kv.Memory
 }
 
-// startWorker runs a worker with cfg on srv; Cleanup shuts it down.
+// startWorker runs a worker with cfg on srv, over a Manager on an in-memory
+// store; Cleanup shuts it down.
 func startWorker(tb testing.TB, srv *server.Server, cfg consumer.Config) *fixture {
 	tb.Helper()
-	wc := connect(tb, srv)
 	store := kv.NewMemory()
 	mgr := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: cfg.PublishInterval > 0})
-	w, err := consumer.New(wc, mgr, cfg)
-	require.NoError(tb, err)
-	require.NoError(tb, w.Start())
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		require.NoError(tb, w.Shutdown(ctx))
-	})
-	return &fixture{srv: srv, nc: connect(tb, srv), worker: w, store: store}
+	f := startWorkerOn(tb, srv, mgr, cfg)
+	f.store = store
+	return f
 }
 
 // report encodes a report of node with flows given as id -> (size, last).

@@ -1,16 +1,15 @@
 package consumer
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"time"
 
-	"flowstate/protocol"
-
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"flowstate/flowstate"
+	"flowstate/protocol"
 )
 
 // NodeView is one entry of the per-node view on <prefix>.state.nodes.
@@ -23,26 +22,123 @@ type NodeView struct {
 	Flows      int   `msgpack:"flows" json:"flows"`
 }
 
+// nodesEncoding is the node view of one version, encoded on demand. Every
+// report makes a new revision, and a node_epoch change bumps epochsGen, so
+// (version, gen) names one view.
+type nodesEncoding struct {
+	valid   bool
+	version flowstate.Version
+	gen     uint64
+	msgpack []byte // nil until encoded
+	json    []byte // nil until encoded
+}
+
+// Smallest encoding of one NodeView in each format, and the most bytes
+// around the array: the node view of n nodes takes at least
+// n*minNode + the array header, which is checked before anything is copied
+// or encoded.
+var (
+	minNodeMsgpack = minEncoded(func(v NodeView) ([]byte, error) { return msgpack.Marshal(v) })
+	minNodeJSON    = minEncoded(func(v NodeView) ([]byte, error) { return json.Marshal(v) }) + len(",")
+)
+
+func minEncoded(enc func(NodeView) ([]byte, error)) int {
+	zero := uint64(0)
+	a, errA := enc(NodeView{})
+	b, errB := enc(NodeView{NodeEpoch: &zero})
+	if errA != nil || errB != nil {
+		panic("consumer: encode an empty node view")
+	}
+	return min(len(a), len(b))
+}
+
 // noteNodeEpoch remembers the node_epoch of a node's applied report.
 func (w *Worker) noteNodeEpoch(node uint64, epoch uint64, has bool) {
 	w.epochsMu.Lock()
 	defer w.epochsMu.Unlock()
-	if has {
+	old, had := w.epochs[node]
+	switch {
+	case has && (!had || old != epoch):
 		w.epochs[node] = epoch
-	} else {
+	case !has && had:
 		delete(w.epochs, node)
+	default:
+		return
 	}
+	w.epochsGen++
 }
 
 // handleNodes answers the per-node view: msgpack, or JSON when the request
 // accepts application/json.
 func (w *Worker) handleNodes(req micro.Request) {
-	nodes, v, err := w.mgr.Nodes(context.Background())
-	if err != nil {
-		vd := judge(err)
-		_ = req.Error(fmt.Sprint(vd.code), "state unavailable: "+vd.reason, nil)
-		return
+	if err := w.serveNodes(req, wantsJSON(req.Headers().Get(protocol.HeaderAccept))); err != nil {
+		w.failRequest(endpointNodes, req, err)
 	}
+}
+
+// serveNodes answers one nodes request from the encoding of the current
+// version, made at most once per version and format. A view that cannot fit
+// the connection's max payload is refused (413) from the node count alone,
+// before the state is copied or anything encoded.
+func (w *Worker) serveNodes(req micro.Request, asJSON bool) error {
+	maxPayload := w.nc.MaxPayload()
+	if n, _ := w.mgr.Size(); int64(minNodesSize(n, asJSON)) > maxPayload {
+		return viewTooLarge(minNodesSize(n, asJSON), true, maxPayload)
+	}
+	v, err := w.mgr.Version(w.ctx)
+	if err != nil {
+		return err
+	}
+	w.nodesMu.Lock()
+	defer w.nodesMu.Unlock()
+	c := &w.nodesCache
+	gen := w.epochGen()
+	if !c.valid || c.version != v || c.gen != gen {
+		nodes, nv, err := w.mgr.Nodes(w.ctx) // a copy, taken under the state's lock
+		if err != nil {
+			return err
+		}
+		*c = nodesEncoding{valid: true, version: nv, gen: gen}
+		if int64(minNodesSize(len(nodes), asJSON)) > maxPayload {
+			return viewTooLarge(minNodesSize(len(nodes), asJSON), true, maxPayload)
+		}
+		if err := w.encodeNodes(c, nodes, asJSON); err != nil {
+			return err
+		}
+	} else if body := c.body(asJSON); body == nil {
+		nodes, _, err := w.mgr.Nodes(w.ctx)
+		if err != nil {
+			return err
+		}
+		if err := w.encodeNodes(c, nodes, asJSON); err != nil {
+			return err
+		}
+	}
+	h := versionHeader(c.version)
+	if asJSON {
+		h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+	} else {
+		h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
+	}
+	body := c.body(asJSON)
+	if n := len(body) + headerSize(h); int64(n) > maxPayload {
+		return viewTooLarge(n, false, maxPayload)
+	}
+	if err := req.Respond(body, micro.WithHeaders(micro.Headers(h))); err != nil {
+		return fmt.Errorf("consumer: nodes reply: %w", err)
+	}
+	return nil
+}
+
+func (c *nodesEncoding) body(asJSON bool) []byte {
+	if asJSON {
+		return c.json
+	}
+	return c.msgpack
+}
+
+// encodeNodes encodes nodes, with each node's epoch, into c.
+func (w *Worker) encodeNodes(c *nodesEncoding, nodes []flowstate.NodeInfo, asJSON bool) error {
 	view := make([]NodeView, len(nodes))
 	w.epochsMu.Lock()
 	for i, n := range nodes {
@@ -52,49 +148,39 @@ func (w *Worker) handleNodes(req micro.Request) {
 		}
 	}
 	w.epochsMu.Unlock()
-	h := versionHeader(v)
-	var body []byte
-	if wantsJSON(req.Headers().Get(protocol.HeaderAccept)) {
-		h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-		body, err = json.Marshal(view)
+	var err error
+	if asJSON {
+		c.json, err = json.Marshal(view)
 	} else {
-		h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
-		body, err = msgpack.Marshal(view)
+		c.msgpack, err = msgpack.Marshal(view)
 	}
 	if err != nil {
-		_ = req.Error("500", "encode the node view: "+err.Error(), nil)
-		return
+		return fmt.Errorf("consumer: encode the node view: %w", err)
 	}
-	if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
-		_ = req.Error("413", fmt.Sprintf("node view of %d bytes exceeds the connection's max payload of %d bytes", len(body), w.nc.MaxPayload()), nil)
-		return
-	}
-	_ = req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+	return nil
 }
 
-// evictLoop evicts nodes silent for longer than the TTL until stop closes.
-func (w *Worker) evictLoop(ttl time.Duration, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
-	period := min(max(ttl/4, 10*time.Millisecond), 5*time.Second)
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case now := <-t.C:
-			evicted, res, err := w.mgr.EvictSilent(context.Background(), now.Add(-ttl))
-			for _, id := range evicted {
-				w.stats.evicted.Add(1)
-				w.noteNodeEpoch(id, 0, false)
-				w.log.Info("node evicted: silent longer than the node TTL", slog.Uint64("node_id", id), slog.Duration("ttl", ttl))
-			}
-			if err != nil {
-				w.logThrottled(errorLevel, "node eviction failed", slog.Any("err", err))
-			}
-			if res.Changed {
-				w.pub.changed()
-			}
-		}
+func (w *Worker) epochGen() uint64 {
+	w.epochsMu.Lock()
+	defer w.epochsMu.Unlock()
+	return w.epochsGen
+}
+
+// minNodesSize is the fewest bytes a view of n nodes encodes to.
+func minNodesSize(n int, asJSON bool) int {
+	if asJSON {
+		return n*minNodeJSON + len("[]")
 	}
+	return n*minNodeMsgpack + 1
+}
+
+// viewTooLarge is the error of a node view over the max payload; atLeast
+// says that size is a lower bound (the view was not encoded).
+func viewTooLarge(size int, atLeast bool, maxPayload int64) error {
+	bound := ""
+	if atLeast {
+		bound = "at least "
+	}
+	return fmt.Errorf("consumer: node view of %s%d bytes exceeds the connection's max payload of %d bytes: %w",
+		bound, size, maxPayload, nats.ErrMaxPayload)
 }

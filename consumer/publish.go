@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -49,10 +48,6 @@ func (c *coalescer) changed() {
 // and returns.
 func (c *coalescer) run() {
 	defer close(c.done)
-	if c.interval <= 0 {
-		<-c.stop
-		return
-	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -101,7 +96,7 @@ func (c *coalescer) close() {
 func (w *Worker) publishState() {
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
-	ctx := context.Background()
+	ctx := w.pubCtx
 	if err := w.mgr.Flush(ctx); errors.Is(err, flowstate.ErrNotPublisher) {
 		return // another worker of a shared store publishes
 	} else if err != nil {

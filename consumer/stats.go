@@ -13,14 +13,29 @@ type Stats struct {
 	Acked    uint64 // acknowledgements sent for reports sent as requests
 	Rejected uint64 // reports rejected, for any reason
 	// RejectedByReason splits Rejected by reason: the codec's error kinds,
-	// "subject_mismatch", "bad_subject", and "store" for store failures.
+	// "subject_mismatch", "bad_subject", "capacity" (507, a capacity
+	// limit), "unavailable" and "store" for store failures,
+	// "shutting_down".
 	RejectedByReason map[string]uint64
-	Published        uint64 // aggregates published on <prefix>.state
-	PublishErrors    uint64 // aggregates that could not be published (too large, connection closed)
-	Gets             uint64 // get requests answered with the aggregate
-	GetErrors        uint64 // get requests answered with an error
-	Dropped          uint64 // heartbeats the client library dropped as a slow consumer
-	Evicted          uint64 // nodes evicted for silence (Config.NodeTTL)
+	// RequestErrors counts the get and nodes requests that failed, by
+	// "<endpoint>/<reason>" (for example "get/too_large", "nodes/store",
+	// "get/respond" for a reply that could not be sent).
+	RequestErrors map[string]uint64
+	Published     uint64 // aggregates published on <prefix>.state
+	PublishErrors uint64 // aggregates that could not be published (too large, connection closed)
+	Gets          uint64 // get requests answered with the aggregate
+	GetErrors     uint64 // get requests answered with an error
+	Dropped       uint64 // heartbeats the client library dropped as a slow consumer
+	Evicted       uint64 // nodes evicted for silence (Config.NodeTTL)
+	// EndpointOverflows counts the times a get or nodes endpoint's queue
+	// was full (Config.EndpointPendingMsgs) and the client library dropped
+	// requests: once per episode, not per request (the library does not
+	// say how many). Dropped requests time out at their senders.
+	EndpointOverflows uint64
+	// DroppedAtShutdown counts the reports received but not applied when
+	// Shutdown's apply budget ran out: dropped unanswered; each node's
+	// next heartbeat heals the state.
+	DroppedAtShutdown uint64
 
 	// The state now.
 	Revision       uint64 // current revision
@@ -34,10 +49,12 @@ type counters struct {
 	published, publishErrors           atomic.Uint64
 	gets, getErrors                    atomic.Uint64
 	evicted                            atomic.Uint64
+	endpointOverflows, droppedAtStop   atomic.Uint64
 	aggregateBytes                     atomic.Int64
 
-	mu       sync.Mutex // guards byReason
-	byReason map[string]uint64
+	mu            sync.Mutex // guards byReason and requestErrors
+	byReason      map[string]uint64
+	requestErrors map[string]uint64
 }
 
 func (c *counters) reject(reason string) {
@@ -50,24 +67,44 @@ func (c *counters) reject(reason string) {
 	c.mu.Unlock()
 }
 
+// requestError counts a failed get or nodes request.
+func (c *counters) requestError(endpoint, reason string) {
+	if endpoint == endpointGet {
+		c.getErrors.Add(1)
+	}
+	c.mu.Lock()
+	if c.requestErrors == nil {
+		c.requestErrors = make(map[string]uint64)
+	}
+	c.requestErrors[endpoint+"/"+reason]++
+	c.mu.Unlock()
+}
+
 func (c *counters) snapshot() Stats {
 	c.mu.Lock()
 	byReason := maps.Clone(c.byReason)
+	requestErrors := maps.Clone(c.requestErrors)
 	c.mu.Unlock()
 	if byReason == nil {
 		byReason = map[string]uint64{}
 	}
+	if requestErrors == nil {
+		requestErrors = map[string]uint64{}
+	}
 	return Stats{
-		Received:         c.received.Load(),
-		Applied:          c.applied.Load(),
-		Acked:            c.acked.Load(),
-		Rejected:         c.rejected.Load(),
-		RejectedByReason: byReason,
-		Published:        c.published.Load(),
-		PublishErrors:    c.publishErrors.Load(),
-		Gets:             c.gets.Load(),
-		GetErrors:        c.getErrors.Load(),
-		Evicted:          c.evicted.Load(),
-		AggregateBytes:   int(c.aggregateBytes.Load()),
+		Received:          c.received.Load(),
+		Applied:           c.applied.Load(),
+		Acked:             c.acked.Load(),
+		Rejected:          c.rejected.Load(),
+		RejectedByReason:  byReason,
+		RequestErrors:     requestErrors,
+		Published:         c.published.Load(),
+		PublishErrors:     c.publishErrors.Load(),
+		Gets:              c.gets.Load(),
+		GetErrors:         c.getErrors.Load(),
+		Evicted:           c.evicted.Load(),
+		EndpointOverflows: c.endpointOverflows.Load(),
+		DroppedAtShutdown: c.droppedAtStop.Load(),
+		AggregateBytes:    int(c.aggregateBytes.Load()),
 	}
 }

@@ -1,12 +1,26 @@
 package consumer
 
 import (
+	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
+)
+
+// Bounds of what a remote peer gets echoed into a log line or an error
+// reply.
+const (
+	maxTokenEcho  = 64  // bytes of one subject token
+	maxReasonEcho = 512 // bytes of a one-line reason
+	ellipsis      = "…"
 )
 
 // throttle lets at most max events through per window and counts the rest,
-// so that a flood of bad messages cannot flood the log.
+// so that a flood of bad messages cannot flood the log. It is the Worker's
+// one rate-limiter: every log line a remote peer can trigger goes through
+// logThrottled.
 type throttle struct {
 	max    int
 	window time.Duration
@@ -38,4 +52,56 @@ func (t *throttle) allow() (ok bool, suppressed int) {
 	t.n++
 	suppressed, t.suppressed = t.suppressed, 0
 	return true, suppressed
+}
+
+// logThrottled logs at most a few lines per second; the next line that gets
+// through says how many were held back.
+func (w *Worker) logThrottled(level slog.Level, msg string, attrs ...any) {
+	ok, suppressed := w.throttle.allow()
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	w.log.Log(context.Background(), level, msg, attrs...)
+}
+
+// cutToken returns subject with every token longer than maxTokenEcho bytes
+// cut to that length and marked with an ellipsis, so that a 3,000-digit
+// node id is not echoed whole.
+func cutToken(subject string) string {
+	long := false
+	for tok := range strings.SplitSeq(subject, ".") {
+		if len(tok) > maxTokenEcho {
+			long = true
+			break
+		}
+	}
+	if !long {
+		return subject
+	}
+	var b strings.Builder
+	for i, tok := range strings.Split(subject, ".") {
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(cut(tok, maxTokenEcho))
+	}
+	return b.String()
+}
+
+// cutReason bounds a one-line reason to maxReasonEcho bytes.
+func cutReason(reason string) string { return cut(reason, maxReasonEcho) }
+
+// cut returns s if it has at most n bytes, else its first n bytes (fewer
+// if n falls inside a UTF-8 sequence) and an ellipsis.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + ellipsis
 }

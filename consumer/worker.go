@@ -24,7 +24,7 @@ const errorLevel = slog.LevelError
 // then Start it; Shutdown stops it.
 type Worker struct {
 	nc  *nats.Conn
-	mgr State
+	mgr State // the state it serves (a Manager, or a replica of a shared store)
 	cfg Config
 	log *slog.Logger
 
@@ -33,6 +33,16 @@ type Worker struct {
 	stateSubject string // <prefix>.state
 	getSubject   string // <prefix>.state.get
 	nodesSubject string // <prefix>.state.nodes
+
+	// ctx is the base context of the handlers (heartbeats, get, nodes):
+	// Shutdown cancels it once intake has stopped and the reports already
+	// received are applied or dropped. pubCtx bounds the publisher and the
+	// eviction loop: Shutdown cancels it when it returns or its own
+	// context ends.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	pubCtx    context.Context
+	pubCancel context.CancelFunc
 
 	sub *nats.Subscription
 	svc micro.Service
@@ -48,46 +58,54 @@ type Worker struct {
 	cacheMu sync.Mutex // guards cache
 	cache   encoding
 
-	epochsMu sync.Mutex        // guards epochs
-	epochs   map[uint64]uint64 // node_epoch of each node's last report, if it sent one
+	nodesMu    sync.Mutex // guards nodesCache
+	nodesCache nodesEncoding
+
+	epochsMu  sync.Mutex        // guards epochs and epochsGen
+	epochs    map[uint64]uint64 // node_epoch of each node's last report, if it sent one
+	epochsGen uint64            // bumped on every change of epochs
 
 	evictStop, evictDone chan struct{} // of evictLoop, when NodeTTL is set
 
 	stopped  atomic.Bool // Shutdown has run
+	dropping atomic.Bool // Shutdown's apply budget is spent: reports are dropped
 	stats    counters
 	throttle *throttle
 }
 
-// New returns a Worker that will serve mgr's state on nc. It does no I/O;
-// the connection stays the caller's, who closes it after Shutdown.
-func New(nc *nats.Conn, mgr State, cfg Config) (*Worker, error) {
-	if nc == nil || mgr == nil {
-		return nil, errors.New("consumer: a connection and a manager are required")
+// New returns a Worker that will serve state on nc. It does no I/O; the
+// connection stays the caller's, who closes it after Shutdown.
+func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
+	if nc == nil || state == nil {
+		return nil, errors.New("consumer: a connection and a state are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	subjects := protocol.SubjectsOf(cfg.Prefix)
 	w := &Worker{
 		nc:           nc,
-		mgr:          mgr,
+		mgr:          state,
 		cfg:          cfg,
 		log:          cfg.Logger,
-		hbSubject:    cfg.Prefix + ".heartbeat.*",
-		hbPrefix:     cfg.Prefix + ".heartbeat.",
-		stateSubject: cfg.Prefix + ".state",
-		getSubject:   cfg.Prefix + ".state.get",
-		nodesSubject: cfg.Prefix + ".state.nodes",
+		hbSubject:    subjects.Heartbeats,
+		hbPrefix:     subjects.HeartbeatPrefix,
+		stateSubject: subjects.State,
+		getSubject:   subjects.Get,
+		nodesSubject: subjects.Nodes,
 		epochs:       make(map[uint64]uint64),
-		throttle:     newThrottle(20, 1e9),
+		throttle:     newThrottle(20, time.Second),
 	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.pubCtx, w.pubCancel = context.WithCancel(context.Background())
 	w.dec.MaxFlows = cfg.MaxFlows
 	w.pub = newCoalescer(cfg.PublishInterval, w.publishState)
 	return w, nil
 }
 
 // Start subscribes to heartbeats and registers the micro service with its
-// get endpoint. If it fails, nothing is left subscribed.
+// get and nodes endpoints. If it fails, nothing is left subscribed.
 func (w *Worker) Start() error {
 	sub, err := w.nc.QueueSubscribe(w.hbSubject, w.cfg.Queue, w.handleHeartbeat)
 	if err != nil {
@@ -97,35 +115,10 @@ func (w *Worker) Start() error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("consumer: set pending limits: %w", err)
 	}
-	svc, err := micro.AddService(w.nc, micro.Config{
-		Name:        protocol.ServiceName,
-		Version:     w.cfg.Version,
-		Description: "Live state of stream-processing flows, aggregated from flownode heartbeats",
-		QueueGroup:  w.cfg.Queue,
-		Metadata:    map[string]string{"prefix": w.cfg.Prefix, "heartbeat_subject": w.hbSubject, "state_subject": w.stateSubject},
-		ErrorHandler: func(_ micro.Service, err *micro.NATSError) {
-			w.log.Error("service error", slog.String("subject", err.Subject), slog.String("err", err.Description))
-		},
-	})
+	svc, err := w.addService()
 	if err != nil {
 		_ = sub.Unsubscribe()
-		return fmt.Errorf("consumer: add micro service: %w", err)
-	}
-	if err := svc.AddEndpoint("get", micro.HandlerFunc(w.handleGet),
-		micro.WithEndpointSubject(w.getSubject),
-		micro.WithEndpointMetadata(map[string]string{"description": "current aggregate; Accept: application/json for serde_json bytes"}),
-	); err != nil {
-		_ = svc.Stop()
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("consumer: add get endpoint: %w", err)
-	}
-	if err := svc.AddEndpoint("nodes", micro.HandlerFunc(w.handleNodes),
-		micro.WithEndpointSubject(w.nodesSubject),
-		micro.WithEndpointMetadata(map[string]string{"description": "per-node view: node_id, node_epoch, last_report (unix ms), flows"}),
-	); err != nil {
-		_ = svc.Stop()
-		_ = sub.Unsubscribe()
-		return fmt.Errorf("consumer: add nodes endpoint: %w", err)
+		return err
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
@@ -145,35 +138,65 @@ func (w *Worker) Start() error {
 	return nil
 }
 
-// Shutdown drains the heartbeat subscription (every report already received
-// is applied and acknowledged), publishes the last state, and stops the
-// micro service. It returns when all of that is done or ctx ends.
-// Calling it again does nothing.
-func (w *Worker) Shutdown(ctx context.Context) error {
-	if w.sub == nil || w.stopped.Swap(true) {
-		return nil
+// addService registers the micro service and its endpoints, each with a
+// bounded queue: past Config.EndpointPendingMsgs the client library drops
+// requests, which the service's error handler counts.
+func (w *Worker) addService() (micro.Service, error) {
+	svc, err := micro.AddService(w.nc, micro.Config{
+		Name:         protocol.ServiceName,
+		Version:      w.cfg.Version,
+		Description:  "Live state of stream-processing flows, aggregated from flownode heartbeats",
+		QueueGroup:   w.cfg.Queue,
+		Metadata:     map[string]string{"prefix": w.cfg.Prefix, "heartbeat_subject": w.hbSubject, "state_subject": w.stateSubject},
+		ErrorHandler: w.serviceError,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer: add micro service: %w", err)
 	}
-	closed := w.sub.StatusChanged(nats.SubscriptionClosed)
-	var errs []error
-	if err := w.sub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		errs = append(errs, fmt.Errorf("drain heartbeats: %w", err))
-	} else if w.sub.IsValid() {
-		select {
-		case <-closed:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("drain heartbeats: %w", ctx.Err()))
+	limits := micro.WithEndpointPendingLimits(w.cfg.EndpointPendingMsgs, w.cfg.EndpointPendingBytes)
+	for _, e := range []struct {
+		name, subject, description string
+		handler                    micro.HandlerFunc
+	}{
+		{endpointGet, w.getSubject, "current aggregate; Accept: application/json for serde_json bytes", w.handleGet},
+		{endpointNodes, w.nodesSubject, "per-node view: node_id, node_epoch, last_report (unix ms), flows", w.handleNodes},
+	} {
+		if err := svc.AddEndpoint(e.name, e.handler, micro.WithEndpointSubject(e.subject), limits,
+			micro.WithEndpointMetadata(map[string]string{"description": e.description})); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("consumer: add %s endpoint: %w", e.name, err)
 		}
 	}
-	if w.evictStop != nil {
-		close(w.evictStop)
-		<-w.evictDone
+	return svc, nil
+}
+
+// serviceError counts and logs an asynchronous error of the service's
+// subscriptions: a full endpoint queue (a flood of requests) is a slow
+// consumer error.
+func (w *Worker) serviceError(_ micro.Service, err *micro.NATSError) {
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		w.stats.endpointOverflows.Add(1)
+		w.logThrottled(slog.LevelWarn, "endpoint queue full: requests dropped", slog.String("subject", cutToken(err.Subject)),
+			slog.Int("pending_limit", w.cfg.EndpointPendingMsgs))
+		return
 	}
-	w.pub.close()
-	if err := w.svc.Stop(); err != nil {
-		errs = append(errs, fmt.Errorf("stop service: %w", err))
+	w.logThrottled(errorLevel, "service error", slog.String("subject", cutToken(err.Subject)), slog.String("err", err.Description))
+}
+
+// Changed tells the worker that the state changed without a report of its
+// own: a replica of a shared store calls it from its change callback. It
+// does not block: it kicks the publisher, which publishes at its cadence
+// (at once with PublishInterval 0). It may be called before Start and after
+// Shutdown, when it does nothing.
+func (w *Worker) Changed() { w.pub.signal() }
+
+// signal marks a change pending without ever publishing on the caller's
+// goroutine; run publishes it.
+func (c *coalescer) signal() {
+	select {
+	case c.kick <- struct{}{}:
+	default: // a change is already pending
 	}
-	w.log.Info("worker stopped", slog.Uint64("applied", w.stats.applied.Load()), slog.Uint64("rejected", w.stats.rejected.Load()))
-	return errors.Join(errs...)
 }
 
 // Ready reports why the worker cannot serve, or nil: it must be started
@@ -209,17 +232,4 @@ func (w *Worker) Stats() Stats {
 		}
 	}
 	return s
-}
-
-// logThrottled logs at most a few lines per second; the next line that gets
-// through says how many were held back.
-func (w *Worker) logThrottled(level slog.Level, msg string, attrs ...any) {
-	ok, suppressed := w.throttle.allow()
-	if !ok {
-		return
-	}
-	if suppressed > 0 {
-		attrs = append(attrs, slog.Int("suppressed", suppressed))
-	}
-	w.log.Log(context.Background(), level, msg, attrs...)
 }

@@ -25,6 +25,7 @@ type Config struct {
 	PublishInterval time.Duration
 	MaxFlows        int
 	MetricsAddr     string
+	MetricsFlows    int // export the N flows with the largest state (0: none)
 	KV              string
 	KVBucket        string
 	KVReplicas      int
@@ -77,6 +78,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	fs.DurationVar(&c.PublishInterval, "publish-interval", c.PublishInterval, "coalesce state updates and aggregate-key writes (0: after every report)")
 	fs.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "most flows one report may carry")
 	str(&c.MetricsAddr, "metrics-addr", "HTTP address for /metrics, /healthz and /readyz (empty: off)")
+	fs.IntVar(&c.MetricsFlows, "metrics-flows", 0, fmt.Sprintf("export per-flow metrics of the N flows with the largest state (0 to %d; 0: off)", maxMetricsFlows))
 	str(&c.KV, "kv", "state backend: memory, or jetstream (one state shared by every worker of the queue group)")
 	str(&c.KVBucket, "kv-bucket", "JetStream key-value bucket for --kv jetstream, created if missing")
 	fs.IntVar(&c.KVReplicas, "kv-replicas", c.KVReplicas, "replicas of the bucket (1 to 5), for --kv jetstream")
@@ -184,6 +186,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("--kv %q: want memory or jetstream", c.KV)
+	}
+	if c.MetricsFlows < 0 || c.MetricsFlows > maxMetricsFlows {
+		return fmt.Errorf("--metrics-flows %d: want 0 to %d", c.MetricsFlows, maxMetricsFlows)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {

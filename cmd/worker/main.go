@@ -152,10 +152,10 @@ func (m *Main) Run() error {
 	m.worker = w
 	m.workerRef.Store(w)
 	if m.mgr != nil {
-		w.StateChanged() // a change signalled before the worker existed
+		w.Changed() // a change signalled before the worker existed
 	}
 	if m.Config.MetricsAddr != "" {
-		stop, addr, err := serveMetrics(context.Background(), m.Config.MetricsAddr, m.newStatsCollector(w), latency, m.Log)
+		stop, addr, err := serveMetrics(context.Background(), m.Config.MetricsAddr, m.newStatsCollector(w, mgr), latency, m.Log)
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
@@ -167,10 +167,16 @@ func (m *Main) Run() error {
 }
 
 // newStatsCollector exposes w, the connection and, with a shared store, its
-// availability and the publisher lease.
-func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
+// availability and the publisher lease; with --metrics-flows, the largest
+// flows of mgr.
+func (m *Main) newStatsCollector(w *consumer.Worker, mgr consumer.State) *statsCollector {
 	js, _ := m.store.(*jetstream.Store)
-	return newStatsCollector(w, m.nc, js, m.mgr)
+	c := newStatsCollector(w, m.nc, js, m.mgr)
+	c.events = watchNATS(m.nc, m.srv)
+	if m.Config.MetricsFlows > 0 {
+		c.flowsC = newFlowsCollector(mgr, m.Config.MetricsFlows, m.Config.PublishInterval)
+	}
+	return c
 }
 
 // Close shuts down in order, under ctx: drain the heartbeats and stop the
@@ -249,7 +255,7 @@ func (m *Main) openState(nc *nats.Conn) (consumer.State, error) {
 	m.store = js
 	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{ID: workerID(), Logger: m.Log, OnChange: func() {
 		if w := m.workerRef.Load(); w != nil {
-			w.StateChanged()
+			w.Changed()
 		}
 	}})
 	if err != nil {

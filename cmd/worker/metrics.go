@@ -26,6 +26,8 @@ type statsCollector struct {
 	nc     *nats.Conn
 	js     *jetstream.Store   // nil unless --kv jetstream
 	mgr    *flowstate.Replica // with a shared store, or nil
+	events *natsEvents        // the connection's disconnections, or nil
+	flowsC *flowsCollector    // per-flow metrics (--metrics-flows), or nil
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -34,6 +36,7 @@ type statsCollector struct {
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
+	ready, disconnects, slowDropped    *prometheus.Desc
 }
 
 func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *flowstate.Replica) *statsCollector {
@@ -64,11 +67,30 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		aggregateBytes: d("aggregate_bytes", "Size of the last msgpack encoding of the aggregate."),
 		storeAvailable: d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
 		publisher:      d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
+		ready:          d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
+		disconnects:    d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
+		slowDropped:    d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
 	}
 }
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	prometheus.DescribeByCollect(c, ch)
+}
+
+// collectEvents sends the connection's disconnections, the worker's
+// readiness and the per-flow metrics.
+func (c *statsCollector) collectEvents(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, bit(c.worker.Ready() == nil))
+	if c.events != nil {
+		byCause, slow := c.events.counts()
+		for cause, n := range byCause {
+			ch <- prometheus.MustNewConstMetric(c.disconnects, prometheus.CounterValue, float64(n), cause)
+		}
+		ch <- prometheus.MustNewConstMetric(c.slowDropped, prometheus.CounterValue, float64(slow))
+	}
+	if c.flowsC != nil {
+		c.flowsC.Collect(ch)
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -104,6 +126,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.mgr != nil {
 		gauge(c.publisher, bit(c.mgr.Publisher()))
 	}
+	c.collectEvents(ch)
 }
 
 // bit is a gauge's value of b.

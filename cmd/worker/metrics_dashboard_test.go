@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/codec"
+	"flowstate/flowstate"
+	"flowstate/internal/natstest"
+)
+
+// The operator assets in deploy/.
+const (
+	dashboardFile = "../../deploy/grafana/flowstate.json"
+	alertsFile    = "../../deploy/prometheus/alerts.yml"
+)
+
+// metricName matches the names of the worker's metrics in a query.
+var metricName = regexp.MustCompile(`\b(?:flowstate|process|go)_[a-zA-Z0-9_:]*`)
+
+// Every metric that the dashboard and the alerts query is one that a worker
+// exports: a renamed metric would leave a panel empty or an alert silent.
+func TestDashboardAndAlertsQueryOnlyExportedMetrics(t *testing.T) {
+	exported := liveMetricNames(t)
+
+	dashboard := dashboardQueries(t)
+	require.NotEmpty(t, dashboard)
+	alerts, err := os.ReadFile(alertsFile)
+	require.NoError(t, err)
+	for _, src := range []struct {
+		file    string
+		queries []string
+	}{
+		{dashboardFile, dashboard},
+		{alertsFile, []string{string(alerts)}},
+	} {
+		used := make(map[string]bool)
+		for _, q := range src.queries {
+			for _, name := range metricName.FindAllString(q, -1) {
+				used[name] = true
+			}
+		}
+		require.Greater(t, len(used), 8, "%s: too few metric names found; is the pattern right?", src.file)
+		for name := range used {
+			assert.True(t, exported[name], "%s queries %s, which the worker does not export", src.file, name)
+		}
+	}
+}
+
+// liveMetricNames starts a worker of a shared JetStream store with
+// --metrics-flows 5, sends it reports (one rejected) so that every series
+// exists, and returns the names on its /metrics.
+func liveMetricNames(tb testing.TB) map[string]bool {
+	tb.Helper()
+	srv := natstest.Start(tb, &server.Options{JetStream: true})
+	cfg, err := parseConfig([]string{
+		"--nats-url", srv.ClientURL(), "--kv", "jetstream", "--kv-bucket", "dashboard_test",
+		"--metrics-addr", "127.0.0.1:0", "--metrics-flows", "5",
+	}, noEnv, io.Discard)
+	require.NoError(tb, err)
+	m := &Main{Config: cfg, Log: slog.New(slog.DiscardHandler)}
+	require.NoError(tb, m.Run())
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		assert.NoError(tb, m.Close(ctx))
+	})
+	awaitStatus(tb, m.metricsAddr, "/readyz", http.StatusOK)
+
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(tb, err)
+	defer nc.Close()
+	all := flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime
+	now := time.Now().UnixMilli()
+	report := codec.AppendReport(nil, &codec.Report{NodeID: 7, Flows: []flowstate.Flow{
+		{ID: 1, Has: all, StateSize: 900, LastExecTime: now, StartTime: now - 60_000},
+		{ID: 2, Has: all, StateSize: 100, LastExecTime: now, StartTime: now - 60_000},
+	}})
+	_, err = nc.Request("flow.heartbeat.7", report, 5*time.Second)
+	require.NoError(tb, err)
+	msg, err := nc.Request("flow.heartbeat.8", report, 5*time.Second) // node id mismatch
+	require.NoError(tb, err)
+	require.Equal(tb, "400", msg.Header.Get("Nats-Service-Error-Code"))
+
+	// The per-flow metrics are refreshed once per publish interval.
+	want := []string{"flowstate_flow_state_size_bytes", "flowstate_flow_last_exec_time_seconds", "flowstate_publisher", "flowstate_reports_rejected_total"}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, body := scrape(tb, m.metricsAddr, "/metrics")
+		names := exposedNames(body)
+		if !slices.ContainsFunc(want, func(n string) bool { return !names[n] }) {
+			return names
+		}
+		require.True(tb, time.Now().Before(deadline), "the live worker does not export all of %v", want)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// exposedNames returns the names of the samples of a /metrics body.
+func exposedNames(body string) map[string]bool {
+	names := make(map[string]bool)
+	for line := range strings.Lines(body) {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names
+}
+
+// dashboardQueries returns every PromQL expression of the dashboard: its
+// panels' targets and its template variables' queries.
+func dashboardQueries(tb testing.TB) []string {
+	tb.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	require.NoError(tb, err)
+	var doc any
+	require.NoError(tb, json.Unmarshal(raw, &doc))
+	var out []string
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if s, ok := e.(string); ok && slices.Contains([]string{"expr", "query", "definition"}, k) {
+					out = append(out, s)
+				}
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	return out
+}

@@ -1,0 +1,269 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/consumer"
+	"flowstate/flowstate"
+	"flowstate/protocol"
+)
+
+func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
+	state := newFakeState()
+	state.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+		if nodeID == 9 {
+			return flowstate.MergeResult{}, &flowstate.CapacityError{Limit: flowstate.LimitMaxNodes, Max: 1, Would: 2}
+		}
+		return state.State.MergeFlows(ctx, nodeID, flows)
+	}
+	var logs logSink
+	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
+	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
+	before, revBefore, _ := get(t, f.nc, true)
+
+	msg := send(t, f.nc, subject(9), report(9, flow(2, 2, 2)))
+	assert.Equal(t, "507", msg.Header.Get(protocol.HeaderErrorCode))
+	assert.Contains(t, msg.Header.Get(protocol.HeaderError), "--max-nodes 1")
+
+	after, revAfter, _ := get(t, f.nc, true)
+	assert.Equal(t, string(before), string(after))
+	assert.Equal(t, revBefore, revAfter)
+	assert.EqualValues(t, 1, f.worker.Stats().RejectedByReason["capacity"])
+	lines := logs.lines(t, "report rejected")
+	require.Len(t, lines, 1)
+	assert.Equal(t, subject(9), lines[0]["subject"])
+	assert.EqualValues(t, 9, lines[0]["node_id"])
+	assert.Equal(t, "capacity", lines[0]["reason"])
+	assert.EqualValues(t, 507, lines[0]["code"])
+	assert.Contains(t, lines[0]["err"], "max-nodes")
+}
+
+// TestGetFloodIsDroppedAndALegitimateGetIsAnswered blocks the get endpoint,
+// floods it past its queue, and checks that the flood was dropped and
+// counted and that a get sent after it is answered.
+func TestGetFloodIsDroppedAndALegitimateGetIsAnswered(t *testing.T) {
+	state := newFakeState()
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	state.sync = func(ctx context.Context) error {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	const queue, flood = 8, 2000
+	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0, EndpointPendingMsgs: queue})
+	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
+
+	inbox := nats.NewInbox()
+	replies, err := f.nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	require.NoError(t, replies.SetPendingLimits(-1, -1))
+	require.NoError(t, f.nc.PublishRequest("flow.state.get", inbox, nil))
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the first get did not reach the state")
+	}
+	base := f.wc.Stats().InMsgs
+	for range flood {
+		require.NoError(t, f.nc.PublishRequest("flow.state.get", inbox, nil))
+	}
+	require.NoError(t, f.nc.Flush())
+	// Every request of the flood has reached the worker: queued or dropped.
+	require.Eventually(t, func() bool { return f.wc.Stats().InMsgs >= base+flood }, wait, time.Millisecond)
+	close(gate)
+
+	msg, err := f.nc.Request("flow.state.get", nil, wait)
+	require.NoError(t, err, "a get after the flood is answered")
+	assert.Empty(t, msg.Header.Get(protocol.HeaderError))
+	answered, _, err := replies.Pending()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, answered, 1+queue+1, "the flood was not queued")
+	assert.NotZero(t, f.worker.Stats().EndpointOverflows, "the overflow was counted")
+}
+
+func TestDeadLetterSubjectTheWorkerUsesIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		prefix, dead string
+		ok           bool
+	}{
+		{"", "flow.heartbeat.5", false},
+		{"", "flow.heartbeat.dead", false},
+		{"", "flow.state", false},
+		{"", "flow.state.delta", false},
+		{"", "flow.state.get", false},
+		{"", "flow.state.nodes", false},
+		{"staging.flow", "staging.flow.heartbeat.1", false},
+		{"staging.flow", "flow.heartbeat.1", true},
+		{"", "flow.heartbeat", true},
+		{"", "flow.heartbeat.5.dead", true},
+		{"", "flow.rejected", true},
+	} {
+		t.Run(tc.prefix+"/"+tc.dead, func(t *testing.T) {
+			err := consumer.Config{Prefix: tc.prefix, DeadLetterSubject: tc.dead}.Validate()
+			if tc.ok {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorContains(t, err, "dead-letter subject")
+			}
+		})
+	}
+}
+
+func TestEvictionSweepLogsOneLineWithTheCount(t *testing.T) {
+	var logs logSink
+	f := startWorkerOn(t, startServer(t, nil), newFakeState(), consumer.Config{PublishInterval: 0, Logger: logs.logger()})
+	const nodes = 50
+	for node := range uint64(nodes) {
+		ack(t, f.nc, node, report(node, flow(flowstate.FlowID(node), 1, 1)))
+	}
+	f.worker.EvictSweep(time.Now().Add(time.Hour))
+
+	assert.EqualValues(t, nodes, f.worker.Stats().Evicted)
+	lines := logs.lines(t, "nodes evicted: silent longer than the node TTL")
+	require.Len(t, lines, 1)
+	assert.EqualValues(t, nodes, lines[0]["count"])
+}
+
+func TestLongSubjectTokensAreCutInRepliesAndLogs(t *testing.T) {
+	var logs logSink
+	f := startWorkerOn(t, startServer(t, nil), newFakeState(), consumer.Config{PublishInterval: 0, Logger: logs.logger()})
+	token := strings.Repeat("7", 3000)
+	msg := send(t, f.nc, "flow.heartbeat."+token, report(7))
+	assert.Equal(t, "400", msg.Header.Get(protocol.HeaderErrorCode))
+	reason := msg.Header.Get(protocol.HeaderError)
+	assert.Contains(t, reason, strings.Repeat("7", 64)+"…")
+	assert.NotContains(t, reason, strings.Repeat("7", 65))
+
+	lines := logs.lines(t, "report rejected")
+	require.Len(t, lines, 1)
+	assert.Equal(t, "flow.heartbeat."+strings.Repeat("7", 64)+"…", lines[0]["subject"])
+	assert.NotContains(t, lines[0]["err"], strings.Repeat("7", 65))
+}
+
+func TestCutKeepsWholeRunes(t *testing.T) {
+	assert.Equal(t, "abc", consumer.Cut("abc", 3))
+	assert.Equal(t, "ab…", consumer.Cut("abcd", 2))
+	assert.Equal(t, "é…", consumer.Cut("ééé", 3), "a cut inside a rune keeps the rune out")
+}
+
+// TestShutdownUnderAFloodReturnsAndCountsWhatItDropped holds one report in
+// the store while thousands wait behind it: Shutdown stops intake, gives up
+// on the held report when its apply budget is spent, drops the rest unanswered
+// and counts them, and returns within its context.
+func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
+	state := newFakeState()
+	entered := make(chan struct{})
+	state.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+		if nodeID != 999 {
+			return state.State.MergeFlows(ctx, nodeID, flows)
+		}
+		close(entered)
+		select {
+		case <-ctx.Done():
+			return flowstate.MergeResult{}, fmt.Errorf("store: %w", ctx.Err())
+		case <-time.After(wait):
+			return flowstate.MergeResult{}, fmt.Errorf("store: never cancelled")
+		}
+	}
+	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	updates, err := f.nc.SubscribeSync("flow.state")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
+	var rev uint64
+	for node := range uint64(3) {
+		rev = ack(t, f.nc, node, report(node, flow(flowstate.FlowID(node), 1, 1)))
+	}
+	require.NoError(t, f.nc.Publish(subject(999), report(999)))
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the held report did not reach the state")
+	}
+	const flood = 5000
+	base := f.wc.Stats().InMsgs
+	for node := range uint64(flood) {
+		require.NoError(t, f.nc.Publish(subject(node), report(node, flow(flowstate.FlowID(node), 2, 2))))
+	}
+	require.NoError(t, f.nc.Flush())
+	require.Eventually(t, func() bool { return f.wc.Stats().InMsgs >= base+flood }, wait, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	require.NoError(t, f.worker.Shutdown(ctx))
+
+	s := f.worker.Stats()
+	assert.EqualValues(t, 3, s.Applied)
+	assert.EqualValues(t, 3, s.Acked)
+	assert.EqualValues(t, 1, s.RejectedByReason["shutting_down"], "the held report")
+	assert.EqualValues(t, flood, s.DroppedAtShutdown)
+	assert.EqualValues(t, 3+1+flood, s.Received)
+
+	// The last state went out: the third report's revision.
+	var last *nats.Msg
+	for {
+		msg, err := updates.NextMsg(0)
+		if err != nil {
+			break
+		}
+		last = msg
+	}
+	require.NotNil(t, last)
+	assert.Equal(t, fmt.Sprint(rev), last.Header.Get(protocol.HeaderRevision))
+}
+
+// TestChangedPublishesAChangeMadeBehindTheWorker is what a replica of a
+// shared store does: it merges another worker's report, then calls Changed.
+func TestChangedPublishesAChangeMadeBehindTheWorker(t *testing.T) {
+	state := newFakeState()
+	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	updates, err := f.nc.SubscribeSync("flow.state")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
+
+	res, err := state.MergeFlows(context.Background(), 4, []flowstate.Flow{flow(1, 3, 3)})
+	require.NoError(t, err)
+	f.worker.Changed()
+	msg, err := updates.NextMsg(wait)
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(res.Revision), msg.Header.Get(protocol.HeaderRevision))
+}
+
+func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T) {
+	state := newFakeState()
+	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
+	for range 2 {
+		msg, err := f.nc.Request("flow.state.nodes", nil, wait)
+		require.NoError(t, err)
+		require.Empty(t, msg.Header.Get(protocol.HeaderError))
+	}
+	assert.EqualValues(t, 1, state.nodeCalls.Load(), "one copy per version")
+	ack(t, f.nc, 2, report(2))
+	_, err := f.nc.Request("flow.state.nodes", nil, wait)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, state.nodeCalls.Load(), "a new version is copied again")
+
+	state.size = func() (int, int) { return 10_000_000, 0 }
+	msg, err := f.nc.Request("flow.state.nodes", nil, wait)
+	require.NoError(t, err)
+	assert.Equal(t, "413", msg.Header.Get(protocol.HeaderErrorCode))
+	assert.Contains(t, msg.Header.Get(protocol.HeaderError), "node view of at least")
+	assert.EqualValues(t, 2, state.nodeCalls.Load(), "refused without a copy")
+	assert.EqualValues(t, 1, f.worker.Stats().RequestErrors["nodes/too_large"])
+}

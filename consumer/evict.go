@@ -1,0 +1,46 @@
+package consumer
+
+import (
+	"log/slog"
+	"time"
+)
+
+// evictLoop evicts nodes silent for longer than the TTL until stop closes.
+// Each sweep that evicts logs one line with the count, however many nodes
+// it evicted.
+func (w *Worker) evictLoop(ttl time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	period := min(max(ttl/4, 10*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			w.evictSweep(now.Add(-ttl), ttl)
+		}
+	}
+}
+
+// evictSweep evicts the nodes whose last report is older than cutoff.
+func (w *Worker) evictSweep(cutoff time.Time, ttl time.Duration) {
+	evicted, res, err := w.mgr.EvictSilent(w.pubCtx, cutoff)
+	for _, id := range evicted {
+		w.noteNodeEpoch(id, 0, false)
+	}
+	if n := len(evicted); n > 0 {
+		w.stats.evicted.Add(uint64(n))
+		attrs := []any{slog.Int("count", n), slog.Duration("ttl", ttl)}
+		if n == 1 {
+			attrs = append(attrs, slog.Uint64("node_id", evicted[0]))
+		}
+		w.log.Info("nodes evicted: silent longer than the node TTL", attrs...)
+	}
+	if err != nil {
+		w.logThrottled(errorLevel, "node eviction failed", slog.Any("err", err))
+	}
+	if res.Changed {
+		w.pub.changed()
+	}
+}

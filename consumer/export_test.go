@@ -1,0 +1,10 @@
+package consumer
+
+import "time"
+
+// EvictSweep runs one eviction sweep with cutoff, as the eviction loop does
+// on each tick, so that a test decides when it happens.
+func (w *Worker) EvictSweep(cutoff time.Time) { w.evictSweep(cutoff, time.Minute) }
+
+// Cut is cut, for tests.
+var Cut = cut

@@ -1,0 +1,105 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/consumer"
+	"flowstate/flowstate"
+	"flowstate/kv"
+)
+
+// fakeState is a Manager whose methods a test may replace, to make the
+// state refuse, block or count.
+type fakeState struct {
+	consumer.State
+	merge     func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error)
+	sync      func(ctx context.Context) error
+	size      func() (nodes, flows int)
+	nodeCalls atomic.Int64
+}
+
+func newFakeState() *fakeState {
+	return &fakeState{State: flowstate.NewManager(kv.NewMemory(), flowstate.Options{})}
+}
+
+func (s *fakeState) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+	if s.merge != nil {
+		return s.merge(ctx, nodeID, flows)
+	}
+	return s.State.MergeFlows(ctx, nodeID, flows)
+}
+
+func (s *fakeState) Sync(ctx context.Context) error {
+	if s.sync != nil {
+		return s.sync(ctx)
+	}
+	return s.State.Sync(ctx)
+}
+
+func (s *fakeState) Size() (nodes, flows int) {
+	if s.size != nil {
+		return s.size()
+	}
+	return s.State.Size()
+}
+
+func (s *fakeState) Nodes(ctx context.Context) ([]flowstate.NodeInfo, flowstate.Version, error) {
+	s.nodeCalls.Add(1)
+	return s.State.Nodes(ctx)
+}
+
+// startWorkerOn runs a worker serving state with cfg on srv; Cleanup shuts
+// it down.
+func startWorkerOn(tb testing.TB, srv *server.Server, state consumer.State, cfg consumer.Config) *fixture {
+	tb.Helper()
+	wc := connect(tb, srv)
+	w, err := consumer.New(wc, state, cfg)
+	require.NoError(tb, err)
+	require.NoError(tb, w.Start())
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		require.NoError(tb, w.Shutdown(ctx))
+	})
+	return &fixture{srv: srv, nc: connect(tb, srv), wc: wc, worker: w}
+}
+
+// logSink collects a logger's lines as JSON objects.
+type logSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logSink) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logSink) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
+
+// lines returns the lines whose message is msg.
+func (l *logSink) lines(tb testing.TB, msg string) []map[string]any {
+	tb.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(l.buf.String()) {
+		var m map[string]any
+		require.NoError(tb, json.Unmarshal([]byte(line), &m))
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}

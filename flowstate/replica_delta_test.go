@@ -1,0 +1,76 @@
+package flowstate_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/flowstate"
+	"flowstate/kv"
+)
+
+func TestReplicaRefusesAReportPastItsLimits(t *testing.T) {
+	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, store, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 5, MaxFlows: 2}})
+	fmerge(t, w.mgr, 1, lastExecOf(1, 1, 2))
+	last, err := store.LastRevision(t.Context())
+	require.NoError(t, err)
+
+	_, err = w.mgr.MergeFlows(t.Context(), 2, lastExecOf(2, 3).Flows())
+	var ce *flowstate.CapacityError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, flowstate.LimitMaxTotalFlows, ce.Limit)
+	now, err := store.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, last, now, "nothing written")
+	fmerge(t, w.mgr, 2, lastExecOf(2, 2)) // a shared flow adds nothing
+}
+
+// TestReplicaSignalsChangesAndTracksDeltas checks that a replica calls
+// OnChange when another worker's report changes its state, and that the
+// publisher's first delta makes clients resync, then carries the changes.
+func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
+	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	changes := make(chan struct{}, 1)
+	onChange := func() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}
+	opts := flowstate.ReplicaOptions{ID: "a", OnChange: onChange}
+	a := follow(t, store, opts)
+	require.Eventually(t, a.mgr.Publisher, followWait, time.Millisecond, "the only replica becomes the publisher")
+	select {
+	case <-changes:
+	case <-time.After(followWait):
+		t.Fatal("no OnChange on becoming the publisher")
+	}
+	d, err := a.mgr.Delta(t.Context(), nil)
+	require.NoError(t, err)
+	assert.True(t, d.Resync, "a new publisher's first delta")
+
+	b := follow(t, store, flowstate.ReplicaOptions{ID: "b"})
+	r := fmerge(t, b.mgr, 1, lastExecOf(1, 1, 2))
+	select {
+	case <-changes:
+	case <-time.After(followWait):
+		t.Fatal("no OnChange after another worker's report")
+	}
+	require.NoError(t, a.mgr.Sync(t.Context()))
+	d2, err := a.mgr.Delta(t.Context(), d.Flows)
+	require.NoError(t, err)
+	assert.False(t, d2.Resync)
+	assert.Equal(t, d.Revision, d2.Base)
+	assert.Equal(t, r.Version, d2.Version)
+	assert.Equal(t, lastExecOf(1, 1, 2).Flows(), d2.Flows)
+
+	fmerge(t, b.mgr, 1, lastExecOf(1, 2))
+	require.NoError(t, a.mgr.Sync(t.Context()))
+	d3, err := a.mgr.Delta(t.Context(), d2.Flows)
+	require.NoError(t, err)
+	assert.Equal(t, []flowstate.Flow{{ID: 1}}, d3.Flows, "flow 1 left; flow 2 did not change")
+	assert.Equal(t, r.Revision, d3.Base)
+}

@@ -3,6 +3,21 @@
 // port of GreptimeDB's FlowStateManager with the same semantics, the same
 // store layout and the same stored bytes, made incremental.
 //
+// It owns three things:
+//
+//   - Aggregate: every node's last report and, per flow, the per-field max.
+//     Pure: no lock, no store, no clock. It checks capacity limits and
+//     records which flows changed, for deltas.
+//   - Manager: the seed's semantics on a kv.Store that this process owns
+//     (an in-memory store), built on an Aggregate.
+//   - Replica: the state of a store that several workers share (kv.Shared),
+//     built on an Aggregate that its watch feeds; the publisher lease it
+//     holds is package lease's.
+//
+// Both drivers offer the same methods where they mean the same
+// (MergeFlows, Snapshot, Version, Sync, Flush, Delta, Nodes, EvictSilent,
+// Size, Loaded), so that the worker serves either through one interface.
+//
 // # Rules
 //
 // Arrival order: reports are applied in the order Merge is called (the
@@ -33,11 +48,23 @@
 // merged in the current epoch (the seed's get returning None); the value is
 // then empty.
 //
+// Capacity: with Options.Limits (ReplicaOptions.Limits), a report that
+// would take the state past MaxNodes nodes or MaxFlows distinct flows is
+// refused whole with a *CapacityError before anything is written; a known
+// node's report that does not grow the state past a limit always passes.
+//
+// Deltas: Delta returns the flows whose aggregate entry changed since the
+// previous Delta of the epoch (Base), with their entries now (none present:
+// the flow left), at a cost that grows with the number changed. It asks
+// clients to resync (Delta.Resync) after a Put, when more than half the
+// aggregate (at least 1,024 flows) changed, and on a Replica that has just
+// become the publisher or read the store again.
+//
 // # Following a shared store
 //
 // With a store that several workers share (kv.Shared: a NATS JetStream
-// bucket), a Manager does not aggregate the reports it is given: it follows
-// the store (Manager.Follow). Every worker watches the bucket and applies
+// bucket), a Replica does not aggregate the reports it is given: it follows
+// the store (Replica.Run). Every worker watches the bucket and applies
 // every node-key write, its own and the others', in the stream's order, to
 // its in-memory aggregate, with the write's sequence number as revision.
 // Workers that have applied the same writes hold the same state at the
@@ -47,7 +74,7 @@
 // bucket ever had, so the last exact state stays served, at its revision,
 // until the watch has caught up (kv.Event.Exact).
 //
-// Merge writes the node's key and waits until the watch has applied that
+// MergeFlows writes the node's key and waits until the watch has applied that
 // write: an acknowledged report is stored, and visible at once to a get on
 // the worker that acknowledged it. Reports of different nodes are different
 // keys, so two workers merging at the same moment both land in the stream
@@ -58,19 +85,27 @@
 // was sent, and revisions never go back from one get to the next, whichever
 // worker answers.
 //
-// One worker at a time, the publisher, holds a lease (PublisherKey) that it
-// renews with compare-and-set. Only it writes the aggregate key, fenced on
-// its lease's revision so that the store refuses the write of a worker that
-// lost the lease, and only it publishes; Flush returns ErrNotPublisher on
-// the others. The epoch is the bucket's (see kv.JetStream): a wiped or
-// recreated bucket starts a new one, and every worker starts over with it.
+// One worker at a time, the publisher, holds a lease (PublisherKey; package
+// lease has its rules) that it renews with compare-and-set. Only it writes
+// the aggregate key, fenced on its lease's revision so that the store
+// refuses the write of a worker that lost the lease, only it evicts silent
+// nodes (for every worker, with deletions conditional on each node's last
+// write), and only it publishes; Flush returns ErrNotPublisher on the
+// others. It serves as the publisher only once its watch has applied its
+// own takeover, so that its state includes everything its predecessor could
+// have published. OnChange tells the worker that the served state changed
+// or that it became the publisher. The epoch is the store's (see package
+// kv/jetstream): a wiped or recreated bucket starts a new one, and every
+// worker starts over with it.
 //
 // # Cost
 //
 // The seed re-reads and re-decodes every node's report on every merge. Here
-// the Manager keeps, per flow, the few nodes that report it and their max, so
-// Merge costs time proportional to the new report plus the one it replaces,
-// whatever the number of other nodes, and does not allocate in steady state.
+// the Aggregate keeps, per flow, the nodes that report it and their max: a
+// scan while they are few (a flow usually runs on one flownode), one
+// max-heap per field past eight. So a report costs time proportional to
+// itself plus the report it replaces, times at most the logarithm of the
+// number of nodes sharing each flow, and does not allocate in steady state.
 // Writing the aggregate key is the one step that grows with the aggregate:
 // AppendJSON makes three passes over the sorted flows without reflection and
 // without allocating: about 65 ns and 70 bytes per flow with all three

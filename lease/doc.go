@@ -27,7 +27,11 @@
 //
 // A renewal is one write every TTL/3 (every second with the default TTL of
 // 3 s), which a watch of the whole bucket (nats kv watch) shows. Writing
-// less often needs a longer TTL, which delays a takeover after a holder
-// dies, so the default is kept; a watcher leaves the key out by watching
-// the node keys only.
+// less often would need a longer TTL, which delays a takeover after a
+// holder dies, or a shorter validity, which leaves no margin for one slow
+// renewal; so the rule is kept. Moving the key under a name a subject
+// filter can leave out would make workers of two versions elect two
+// holders during a rolling upgrade. To watch the state without the lease,
+// watch the aggregate's key alone (nats kv watch <bucket> __flow/state) or
+// leave the lease key's lines out of the output.
 package lease

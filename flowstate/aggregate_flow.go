@@ -1,6 +1,9 @@
 package flowstate
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // The contributions to one flow of the Aggregate and their per-field max.
 // A node's contribution keeps its index (slot) in contribs, and the node
@@ -37,7 +40,14 @@ func (e *aggFlow) set(slot int32, f Flow) bool {
 			had, has := old.Has&fieldBits[k] != 0, f.Has&fieldBits[k] != 0
 			switch {
 			case had && has:
-				e.fix(k, c.pos[k])
+				// Most values repeat from one report to the next (a start
+				// time, often a state size): leave the heap alone then.
+				switch cmpField(&f, &old, k) {
+				case 1:
+					e.up(k, c.pos[k])
+				case -1:
+					e.down(k, c.pos[k])
+				}
 			case has:
 				e.push(k, slot)
 			case had:
@@ -142,14 +152,18 @@ func (e *aggFlow) build() {
 
 // above reports whether slot x's field k ranks above slot y's.
 func (e *aggFlow) above(k int, x, y int32) bool {
-	a, b := &e.contribs[x].flow, &e.contribs[y].flow
+	return cmpField(&e.contribs[x].flow, &e.contribs[y].flow, k) > 0
+}
+
+// cmpField compares field k of a and b.
+func cmpField(a, b *Flow, k int) int {
 	switch k {
 	case 0:
-		return a.StateSize > b.StateSize
+		return cmp.Compare(a.StateSize, b.StateSize)
 	case 1:
-		return a.LastExecTime > b.LastExecTime
+		return cmp.Compare(a.LastExecTime, b.LastExecTime)
 	}
-	return a.StartTime > b.StartTime
+	return cmp.Compare(a.StartTime, b.StartTime)
 }
 
 func (e *aggFlow) swap(k int, i, j int32) {

@@ -61,6 +61,9 @@ const (
 	smallContribs = 8
 	// maxFree bounds the removed entries kept for reuse.
 	maxFree = 1024
+	// minRecord is the least number of changes recorded between two
+	// takes, whatever the limit of the last take.
+	minRecord = 1024
 )
 
 var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
@@ -69,7 +72,7 @@ var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
 type changeLog struct {
 	ids   []FlowID // may hold an id twice (a flow that left and came back)
 	over  bool     // more changed than limit
-	limit int      // the max of the last take; 0 before the first
+	limit int      // the limit of the last take; 0 before the first
 }
 
 // NewAggregate returns an empty aggregate.
@@ -316,7 +319,7 @@ func (a *Aggregate) record(e *aggFlow) {
 	if e.marked || c.over {
 		return
 	}
-	if c.limit > 0 && len(c.ids) >= c.limit {
+	if len(c.ids) >= max(c.limit, minRecord) {
 		c.over = true
 		return
 	}
@@ -329,6 +332,9 @@ func (a *Aggregate) record(e *aggFlow) {
 // that left has no field present. It returns false, and dst empty, if more
 // than limit changed: the caller then resends the whole aggregate. Either way
 // the record starts over. Its cost grows with the number of flows changed.
+// The record keeps at most the limit of the previous take, and at least
+// 1,024, changes (so that it stays bounded when nobody takes it): past
+// that, the next take returns false whatever its limit.
 func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 	dst = dst[:0]
 	c := &a.changes

@@ -221,13 +221,12 @@ func TestAggregateTakeChangesOverLimit(t *testing.T) {
 	assert.True(t, ok)
 	assert.Empty(t, got, "nothing changed since the last take")
 
-	// Past the max of the last take, recording stops; the next take says so
-	// and the record starts over.
+	// Over the limit, the take says so and the record starts over.
 	for i := range report {
 		report[i].StateSize = 2
 	}
 	a.Apply(1, report)
-	_, ok = a.TakeChanges(got, 100)
+	_, ok = a.TakeChanges(got, 9)
 	assert.False(t, ok)
 	a.Remove(1)
 	got, ok = a.TakeChanges(got, 100)
@@ -273,4 +272,20 @@ func TestAggregateApplyDoesNotAllocateInSteadyState(t *testing.T) {
 		changes, _ = a.TakeChanges(changes, 1000)
 	})
 	assert.Zero(t, allocs, "allocations per Apply and TakeChanges")
+}
+
+func TestAggregateChangeRecordStaysBoundedUntaken(t *testing.T) {
+	a := flowstate.NewAggregate()
+	// Flows come and go, and nobody takes the changes: the record stops
+	// growing, and the first take says that it overflowed.
+	for round := range 50 {
+		report := make([]flowstate.Flow, 100)
+		for i := range report {
+			report[i] = flowstate.Flow{ID: flowstate.FlowID(round*100 + i), Has: flowstate.HasStartTime}
+		}
+		a.Apply(1, report)
+	}
+	got, ok := a.TakeChanges(nil, 1<<20)
+	assert.False(t, ok, "5,000 changes, past the 1,024 recorded before any take")
+	assert.Empty(t, got)
 }

@@ -1,6 +1,7 @@
 package flowstate_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -73,4 +74,31 @@ func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []flowstate.Flow{{ID: 1}}, d3.Flows, "flow 1 left; flow 2 did not change")
 	assert.Equal(t, r.Revision, d3.Base)
+}
+
+// TestReplicaRunEndsWithItsContext starts a replica on a store whose watch
+// is held back: it never serves, and ends, leaving nothing behind, when its
+// context does.
+func TestReplicaRunEndsWithItsContext(t *testing.T) {
+	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	store.StallWatches()
+	r, err := flowstate.NewReplica(store, flowstate.ReplicaOptions{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	short, stop := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer stop()
+	assert.Error(t, r.WaitLoaded(short), "not loaded while the watch is held back")
+	assert.False(t, r.Loaded())
+	_, err = r.MergeFlows(t.Context(), 1, nil)
+	assert.ErrorIs(t, err, kv.ErrUnavailable, "refused at once, nothing written")
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(followWait):
+		t.Fatal("Run did not end with its context")
+	}
+	assert.Error(t, r.Run(t.Context()), "Run runs once")
 }

@@ -232,18 +232,25 @@ func (r *Replica) kickLease() {
 	}
 }
 
-// apply is the watch's callback: it applies one event.
+// apply is the watch's callback: it applies one event. The lease sees the
+// event under mu, after the watermark moved, so that either it or
+// tookLease, whichever comes second, sees this worker's takeover applied.
 func (r *Replica) apply(ev kv.Event) {
-	free, applied := r.lease.Observe(ev)
+	r.mu.Lock()
+	fresh := ev.Op == kv.OpReset || ev.Op == kv.OpSynced || ev.Revision.Seq > r.watermark
+	signal := r.applyLocked(ev)
+	var free, applied bool
+	if fresh && !r.stopped {
+		free, applied = r.lease.Observe(ev)
+	}
+	if applied {
+		r.resync = true // a new publisher's first delta makes clients resync
+		signal = true
+	}
+	r.mu.Unlock()
 	if free {
 		r.kickLease()
 	}
-	r.mu.Lock()
-	signal := r.applyLocked(ev) || applied
-	if applied {
-		r.resync = true // a new publisher's first delta makes clients resync
-	}
-	r.mu.Unlock()
 	if signal {
 		r.opts.OnChange()
 	}

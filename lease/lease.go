@@ -66,6 +66,7 @@ type view struct {
 type own struct {
 	rev        uint64    // the key's revision after this holder's last write; 0: not held
 	acquired   uint64    // the revision at which it took the lease
+	applied    bool      // Observe has reported the takeover applied
 	epoch      string    // the epoch it took it in
 	validUntil time.Time // it holds the lease until then
 }
@@ -98,10 +99,10 @@ func (l *Lease) ID() string { return l.cfg.ID }
 // Interval is how often Tick should run: a third of the TTL.
 func (l *Lease) Interval() time.Duration { return l.cfg.TTL / 3 }
 
-// Observe takes one event of the store's watch. Events of other keys are
-// ignored, except OpReset and OpSynced, which it needs. It reports free
-// when the key was deleted (the holder stopped: Tick now to take over), and
-// applied when the event is this holder's takeover.
+// Observe takes one event of the store's watch, every one in order: the
+// key's writes, OpReset and OpSynced. It reports free when the key was
+// deleted (the holder stopped: Tick now to take over), and applied, once
+// per takeover, when the watch has reached this holder's takeover.
 func (l *Lease) Observe(ev kv.Event) (free, applied bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -120,14 +121,20 @@ func (l *Lease) Observe(ev kv.Event) (free, applied bool) {
 		l.ready, l.view.seen = true, l.cfg.Now()
 		return true, false
 	}
+	// A watch that fell behind may skip the takeover itself, replaced by
+	// a renewal: the first event at or past it says it was applied.
+	applied = l.own.acquired != 0 && !l.own.applied && ev.Revision.Seq >= l.own.acquired
+	if applied {
+		l.own.applied = true
+	}
 	if ev.Key != l.cfg.Key {
-		return false, false
+		return false, applied
 	}
 	l.view = view{rev: ev.Revision.Seq, seen: l.cfg.Now()}
 	if ev.Op == kv.OpPut {
 		l.view.holder = string(ev.Value)
 	}
-	return l.view.holder == "", l.own.acquired != 0 && ev.Revision.Seq == l.own.acquired
+	return l.view.holder == "", applied
 }
 
 // Held reports whether this holder holds a valid lease now, and the

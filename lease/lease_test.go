@@ -226,3 +226,18 @@ func TestLeaseRunReleasesOnStop(t *testing.T) {
 	_, err := g.store.Get(t.Context(), key)
 	assert.ErrorIs(t, err, kv.ErrNotFound, "released")
 }
+
+// TestLeaseTakeoverSkippedByTheWatchIsStillApplied: a watch that fell
+// behind delivers the renewal that replaced the takeover; it tells the
+// holder once that its takeover is applied.
+func TestLeaseTakeoverSkippedByTheWatchIsStillApplied(t *testing.T) {
+	g := newGroup(t, "a")
+	a := g.holders["a"]
+	require.NotZero(t, a.Tick(t.Context()))
+	a.clock.advance(a.Interval())
+	require.Zero(t, a.Tick(t.Context()), "a renewal")
+	applied := g.deliver()
+	assert.True(t, applied["a"], "the renewal's event stands for the takeover")
+	applied = g.deliver()
+	assert.False(t, applied["a"], "once")
+}

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -105,15 +106,9 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with the defaults filled in.
 func (c Config) withDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = protocol.DefaultPrefix
-	}
-	if c.InFlight == 0 {
-		c.InFlight = DefaultInFlight
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
+	c.Prefix = cmp.Or(c.Prefix, protocol.DefaultPrefix)
+	c.InFlight = cmp.Or(c.InFlight, DefaultInFlight)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	return c
 }
 

@@ -53,13 +53,13 @@ worker bench --nats-url nats://10.0.0.5:4222 --nodes 1000 --flows 10 --rate 0`)
 	if err := checkBench(cfg); err != nil {
 		return c.fail(stderr, err)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	nc, cl, code := c.connect(stderr)
 	if nc == nil {
 		return code
 	}
 	defer nc.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	cfg.Progress = func(p loadgen.Progress) {
 		fmt.Fprintf(stderr, "\r%-70s", fmt.Sprintf("%5.0fs  sent %d  acked %d  failed %d  rate %.0f/s",

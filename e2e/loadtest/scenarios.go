@@ -82,6 +82,17 @@ type runResult struct {
 	hold   *holdResult
 }
 
+// check returns the check of the run's final aggregate; nil if none.
+func (r runResult) check() *aggCheck {
+	switch {
+	case r.ingest != nil:
+		return &r.ingest.check
+	case r.hold != nil:
+		return &r.hold.check
+	}
+	return nil
+}
+
 // scenarioResult is every run of a scenario.
 type scenarioResult struct {
 	scenario scenario

@@ -3,7 +3,6 @@ package loadgen
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,12 +85,6 @@ func New(nc *nats.Conn, cfg Config) (*Generator, error) {
 	return &Generator{nc: nc, cfg: cfg, p: newPayloads(cfg, s.Heartbeat), nodes: make([]node, cfg.Nodes)}, nil
 }
 
-// ReportSize returns the bytes of one encoded report.
-func (g *Generator) ReportSize() int { return g.p.size() }
-
-// Encoded reports whether the reports were encoded ahead of the load.
-func (g *Generator) Encoded() bool { return g.p.buf != nil }
-
 // run is the state of one Run.
 type run struct {
 	g     *Generator
@@ -166,21 +159,6 @@ func (r *run) over(now time.Time) bool { return !r.end.IsZero() && !now.Before(r
 func (r *run) fail(err error) {
 	r.failed.Add(1)
 	r.firstErr.CompareAndSwap(nil, &err)
-}
-
-// request sends body as a request on subject, bounded by ctx and the
-// timeout, and checks the reply for the service error headers.
-func (g *Generator) request(ctx context.Context, subject string, body []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer cancel()
-	reply, err := g.nc.RequestWithContext(ctx, subject, body)
-	if err != nil {
-		return fmt.Errorf("loadgen: %s: %w", subject, err)
-	}
-	if code := reply.Header.Get(protocol.HeaderErrorCode); code != "" {
-		return fmt.Errorf("%w: %s: %s %s", ErrRejected, subject, code, reply.Header.Get(protocol.HeaderError))
-	}
-	return nil
 }
 
 // progress calls Config.Progress once a second until done is closed, then

@@ -107,7 +107,7 @@ func TestCheckSaysWhatDiffers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Send(testCtx(t), client.Report{NodeID: 1000, Value: flowstate.FlowStateValue{StateSize: map[flowstate.FlowID]uint64{999999: 1}}})
 	require.NoError(t, err)
-	g, err := loadgen.New(nc, loadgen.Config{Nodes: 2, Flows: 2, Reports: 4})
+	g, err := loadgen.New(nc, loadgen.Config{Nodes: 2, Flows: 2, Reports: 4, InFlight: 1})
 	require.NoError(t, err)
 	g.Run(testCtx(t))
 	chk, err := g.Check(testCtx(t))

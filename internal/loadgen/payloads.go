@@ -30,13 +30,13 @@ func newPayloads(cfg Config, heartbeat func(uint64) string) *payloads {
 	for i := range cfg.Nodes {
 		p.subjects[i] = heartbeat(uint64(cfg.FirstNode + i))
 	}
-	var r codec.Report
-	one := len(codec.AppendReport(nil, p.report(&r, cfg.Nodes-1, 0)))
+	one := ReportSize(cfg)
 	if (one+8)*cfg.Nodes*Rounds > encodeBudget {
 		return p
 	}
 	p.offs = make([]int, 0, Rounds*cfg.Nodes+1)
 	p.buf = make([]byte, 0, (one+8)*cfg.Nodes*Rounds)
+	var r codec.Report
 	for round := range uint64(Rounds) {
 		for i := range cfg.Nodes {
 			p.offs = append(p.offs, len(p.buf))
@@ -82,8 +82,9 @@ func (p *payloads) body(scratch *[]byte, r *codec.Report, i int, round uint64) [
 	return *scratch
 }
 
-// size returns the bytes of one report of the last node.
-func (p *payloads) size() int {
+// ReportSize returns the bytes of one report of cfg's last node.
+func ReportSize(cfg Config) int {
+	p := payloads{first: cfg.FirstNode, flows: cfg.Flows}
 	var r codec.Report
-	return len(codec.AppendReport(nil, p.report(&r, p.nodes-1, 0)))
+	return len(codec.AppendReport(nil, p.report(&r, cfg.Nodes-1, 0)))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"flowstate/codec"
+	"flowstate/protocol"
 )
 
 // WarmUp publishes one report of every node, fire and forget whatever the
@@ -48,6 +49,21 @@ func (g *Generator) Sync(ctx context.Context) error {
 		if m := &g.nodes[i]; m.last == published || i == 0 {
 			m.known, m.last = m.sent, handled
 		}
+	}
+	return nil
+}
+
+// request sends body as a request on subject, bounded by ctx and the
+// timeout, and checks the reply for the service error headers.
+func (g *Generator) request(ctx context.Context, subject string, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	reply, err := g.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		return fmt.Errorf("loadgen: %s: %w", subject, err)
+	}
+	if code := reply.Header.Get(protocol.HeaderErrorCode); code != "" {
+		return fmt.Errorf("%w: %s: %s %s", ErrRejected, subject, code, reply.Header.Get(protocol.HeaderError))
 	}
 	return nil
 }

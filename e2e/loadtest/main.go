@@ -24,6 +24,21 @@
 //     paced at --get-load-rate while a client times gets.
 //   - rss: the worker's resident memory holding 10,000 nodes x 10 flows.
 //
+// Named only (not in all; they measure what other branches build):
+//
+//   - acked, js-r1, js-r3: 1,000 nodes x 10 flows, 256 acked reports in
+//     flight, against one worker on the memory backend, one worker on a
+//     JetStream bucket (R1, memory storage) of a server of its own, and
+//     three workers on an R3 file-storage bucket of three servers; the
+//     JetStream rates are compared with the memory backend's (jetstream.go).
+//   - delta: bytes of an update on flow.state.delta against one on
+//     flow.state, 1,000 nodes x 10 flows, 10 nodes reporting per 100 ms;
+//     skipped, with a message, when the worker publishes no delta (delta.go).
+//
+// Every run ends with a check of the worker's aggregate against each
+// node's last acknowledged report (internal/loadgen): it must be exact
+// unless reports were lost (dropped as a slow consumer, rejected).
+//
 // Every scenario starts a fresh worker. Progress goes to stderr; the table
 // and the target verdicts go to stdout. Ctrl-C stops the children and
 // prints what was measured.
@@ -99,7 +114,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long each measurement publishes")
 	fs.IntVar(&c.runs, "runs", 3, "runs of each scenario (median and range are reported)")
-	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss; all: "+defaultScenarioNames)
+	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss, "+pendingScenarioNames+"; all: "+defaultScenarioNames)
 	fs.Float64Var(&c.getLoadRate, "get-load-rate", 50000, "reports/s ingested during the get scenario")
 	fs.DurationVar(&c.getInterval, "get-interval", 0, "pause between two gets of the get scenario (0: back to back)")
 	fs.IntVar(&c.ackClients, "ack-clients", 8, "clients sending reports as requests during the ingest, timing the acks")

@@ -31,7 +31,12 @@ var (
 		}
 		return r.raw.rate()
 	}
-	appliedRate  = ingestMetric(ingestResult.rate)
+	appliedRate = func(r runResult) float64 {
+		if r.acked != nil {
+			return r.acked.res.Rate()
+		}
+		return ingestMetric(ingestResult.rate)(r)
+	}
 	appliedOfRaw = func(r runResult) float64 {
 		if r.raw == nil || r.ingest == nil {
 			return nan
@@ -87,17 +92,30 @@ func ingestMetric(f func(ingestResult) float64) func(runResult) float64 {
 	}
 }
 
-func ackSummary(r ingestResult) latency.Summary { return r.acks.Latency }
-func getSummary(r ingestResult) latency.Summary { return r.side.get.Summary() }
+// ackSummary is the ack latency of a run; ok false if it has none.
+func ackSummary(r runResult) (latency.Summary, bool) {
+	switch {
+	case r.acked != nil:
+		return r.acked.res.Latency, true
+	case r.ingest != nil:
+		return r.ingest.acks.Latency, true
+	}
+	return latency.Summary{}, false
+}
+
+// getSummary is the get latency of a run; ok false if it has none.
+func getSummary(r runResult) (latency.Summary, bool) {
+	if r.ingest == nil {
+		return latency.Summary{}, false
+	}
+	return r.ingest.side.get.Summary(), true
+}
 
 // quantile is a quantile of a run's latencies, in seconds.
-func quantile(which func(ingestResult) latency.Summary, q func(latency.Summary) time.Duration) func(runResult) float64 {
+func quantile(which func(runResult) (latency.Summary, bool), q func(latency.Summary) time.Duration) func(runResult) float64 {
 	return func(r runResult) float64 {
-		if r.ingest == nil {
-			return nan
-		}
-		s := which(*r.ingest)
-		if s.Count == 0 {
+		s, ok := which(r)
+		if !ok || s.Count == 0 {
 			return nan
 		}
 		return q(s).Seconds()
@@ -225,6 +243,8 @@ func checkTargets(cfg config, results []scenarioResult) []target {
 		t.detail = fmt.Sprintf("VmRSS %s MB (%s..%s)", mbF(m.med), mbF(m.min), mbF(m.max))
 	}
 	out = append(out, t)
+	out = append(out, ackedTargets(find)...)
+	out = append(out, deltaTargets(find)...)
 	for i := range out {
 		if out[i].verdict == "" {
 			out[i].verdict, out[i].detail = "not run", "scenario not measured"

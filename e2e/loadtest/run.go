@@ -68,6 +68,17 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 	if err := lt.waitQuiet(ctx); err != nil {
 		return r, err
 	}
+	if sc.kind == kindAcked {
+		a, err := lt.runAcked(ctx, sc)
+		if err != nil {
+			return r, err
+		}
+		r.acked = &a
+		lat := a.res.Latency
+		lt.logf("  run %d: %s/s acked (%d acked, %d failed in %s); ack p50 %s p99 %s max %s; aggregate %s", i+1, count(a.res.Rate()),
+			a.res.Acked, a.res.Failed, secs(a.res.Elapsed), dur(lat.P50), dur(lat.P99), dur(lat.Max), a.check)
+		return r, nil
+	}
 	if sc.kind == kindFlood {
 		raw, err := measureRaw(ctx, lt.nats, lt.natsURL, sc, lt.cfg.duration)
 		if err != nil {
@@ -98,6 +109,19 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 			get = "get answered " + h.getError
 		}
 		lt.logf("  run %d: VmRSS %s, VmHWM %s, Go heap in use %s; %s; aggregate %s", i+1, mb(h.mem.rss), mb(h.mem.peak), mb(h.heap), get, h.check)
+		return r, nil
+	case kindDelta:
+		d, err := measureDelta(ctx, lt.natsURL, sc, lt.cfg.duration)
+		if err != nil {
+			return r, err
+		}
+		r.delta = &d
+		if d.skipped != "" {
+			lt.logf("  run %d: skipped: %s; aggregate %s", i+1, d.skipped, d.check)
+			return r, nil
+		}
+		lt.logf("  run %d: %.0f bytes a delta (%d) vs %.0f a full update (%d) = %.2f%%; aggregate %s", i+1,
+			d.delta.perUpdate(), d.delta.msgs, d.full.perUpdate(), d.full.msgs, 100*d.ratio(), d.check)
 		return r, nil
 	case kindGet:
 		o.rate, o.gets, o.getInterval = lt.cfg.getLoadRate, true, lt.cfg.getInterval

@@ -63,12 +63,7 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 		if err != nil {
 			return r, err
 		}
-		defer func() {
-			if problems := w.logProblems(3); len(problems) > 0 {
-				lt.logf("  worker warnings: %s", strings.Join(problems, "\n                   "))
-			}
-			err = errors.Join(err, w.stop(syscall.SIGTERM))
-		}()
+		defer func() { err = errors.Join(err, lt.stopWorker(w)) }()
 	}
 	nc, err := connect(urls[0], "loadtest-acked")
 	if err != nil {

@@ -90,12 +90,7 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 	if err != nil {
 		return r, err
 	}
-	defer func() {
-		if problems := w.logProblems(3); len(problems) > 0 {
-			lt.logf("  worker warnings: %s", strings.Join(problems, "\n                   "))
-		}
-		err = errors.Join(err, w.stop(syscall.SIGTERM))
-	}()
+	defer func() { err = errors.Join(err, lt.stopWorker(w)) }()
 	o := ingestOptions{duration: lt.cfg.duration, ackClients: lt.cfg.ackClients, perfFile: perfFile(lt.cfg.perfDir, sc.name, i)}
 	switch sc.kind {
 	case kindHold:
@@ -133,6 +128,14 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 	r.ingest = &ing
 	lt.logRun(i, r)
 	return r, nil
+}
+
+// stopWorker logs the worker's first warnings and stops it.
+func (lt *loadTest) stopWorker(w *workerProc) error {
+	if problems := w.logProblems(3); len(problems) > 0 {
+		lt.logf("  worker warnings: %s", strings.Join(problems, "\n                   "))
+	}
+	return w.stop(syscall.SIGTERM)
 }
 
 // quietShare is the share of the machine that other processes may use when

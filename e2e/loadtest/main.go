@@ -114,7 +114,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long each measurement publishes")
 	fs.IntVar(&c.runs, "runs", 3, "runs of each scenario (median and range are reported)")
-	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss, "+pendingScenarioNames+"; all: "+defaultScenarioNames)
+	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss, all ("+defaultScenarioNames+"), and, only when named, "+pendingScenarioNames)
 	fs.Float64Var(&c.getLoadRate, "get-load-rate", 50000, "reports/s ingested during the get scenario")
 	fs.DurationVar(&c.getInterval, "get-interval", 0, "pause between two gets of the get scenario (0: back to back)")
 	fs.IntVar(&c.ackClients, "ack-clients", 8, "clients sending reports as requests during the ingest, timing the acks")

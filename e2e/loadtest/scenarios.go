@@ -56,13 +56,16 @@ func named(name string) (scenario, bool) {
 // holdRounds is how many reports of each node the rss scenario sends.
 const holdRounds = 3
 
+// parseScenarios parses --scenarios: names, NxF, and all for the default
+// scenarios.
 func parseScenarios(s string) ([]scenario, error) {
-	if s == "all" {
-		return defaultScenarios, nil
-	}
 	var out []scenario
 	for _, name := range strings.Split(s, ",") {
 		name = strings.TrimSpace(name)
+		if name == "all" {
+			out = append(out, defaultScenarios...)
+			continue
+		}
 		if d, ok := named(name); ok {
 			out = append(out, d)
 			continue
@@ -71,7 +74,7 @@ func parseScenarios(s string) ([]scenario, error) {
 		nodes, err1 := strconv.Atoi(n)
 		flows, err2 := strconv.Atoi(f)
 		if !ok || err1 != nil || err2 != nil || nodes <= 0 || flows <= 0 || nodes*flows > 1<<30 {
-			return nil, fmt.Errorf("--scenarios: %q is not NxF (positive nodes x flows per node), get, rss, %s", name, pendingScenarioNames)
+			return nil, fmt.Errorf("--scenarios: %q is not NxF (positive nodes x flows per node), get, rss, all, %s", name, pendingScenarioNames)
 		}
 		out = append(out, scenario{name: name, kind: kindFlood, nodes: nodes, flows: flows})
 	}

@@ -27,6 +27,9 @@ func TestPendingScenariosRunOnlyWhenNamed(t *testing.T) {
 	}
 	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "delta", "get", "50x2"}, names)
 	assert.Equal(t, 3, named[2].backend.servers)
+	withAll, err := parseScenarios("all,delta")
+	require.NoError(t, err)
+	assert.Equal(t, append(append([]scenario{}, all...), deltaScenario), withAll)
 	_, err = parseScenarios("js-r5")
 	assert.Error(t, err)
 }

@@ -76,7 +76,7 @@ worker bench --nats-url nats://10.0.0.5:4222 --nodes 1000 --flows 10 --rate 0`)
 	fmt.Fprintln(stderr)
 	bg := context.WithoutCancel(ctx)
 	if publish {
-		if err := g.Sync(bg); err != nil {
+		if err := g.Sync(bg); err != nil { // bounded by --timeout and the attempts of Sync
 			return c.errorf(stderr, "after the load: %v", err)
 		}
 	}
@@ -124,6 +124,9 @@ func printBench(w io.Writer, cfg loadgen.Config, res loadgen.Result, chk loadgen
 	}
 	if foreign {
 		fmt.Fprintln(w, "flows that no simulated node owns come from other flownodes or an earlier run: bench a worker of its own")
+	}
+	if cfg.Mode == loadgen.Publish {
+		fmt.Fprintln(w, "published reports that the worker dropped as a slow consumer differ too: see flowstate_slow_consumer_dropped_total, or lower --rate")
 	}
 }
 

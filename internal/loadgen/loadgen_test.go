@@ -157,3 +157,28 @@ func TestConfigValidateRejectsNonsense(t *testing.T) {
 	_, err := loadgen.New(nil, ok)
 	assert.Error(t, err)
 }
+
+func TestSyncSendsAgainWhenTheSyncReportTimesOut(t *testing.T) {
+	srv := natstest.Start(t, nil)
+	responder := connect(t, srv)
+	var mu sync.Mutex
+	var seen []string
+	_, err := responder.Subscribe("flow.heartbeat.*", func(m *nats.Msg) {
+		mu.Lock()
+		seen = append(seen, m.Subject)
+		first := len(seen) == 1
+		mu.Unlock()
+		if !first { // the first is lost, as a dropped report would be
+			_ = m.Respond(nil)
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, responder.Flush())
+	g, err := loadgen.New(connect(t, srv), loadgen.Config{Mode: loadgen.Publish, Nodes: 3, Reports: 1, Timeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+
+	require.NoError(t, g.Sync(testCtx(t)))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"flow.heartbeat.0", "flow.heartbeat.0"}, seen)
+}

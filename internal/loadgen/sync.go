@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"flowstate/codec"
@@ -27,23 +28,35 @@ func (g *Generator) WarmUp(ctx context.Context) error {
 	return nil
 }
 
+// syncAttempts bounds the requests of one Sync.
+const syncAttempts = 12
+
 // Sync sends the next report of the first node as a request, on the
-// generator's connection, and waits for its acknowledgement, bounded by ctx
-// and Config.Timeout. The worker handles its subscription in order and NATS
-// keeps the order of one connection's messages, so when it returns nil,
-// every report published before was handled: Check then expects each
-// node's last published report. A worker with a full backlog may drop the
-// sync report itself (a timeout): wait until it has taken what was
-// published before calling Sync.
+// generator's connection, and waits for its acknowledgement. The worker
+// handles its subscription in order and NATS keeps the order of one
+// connection's messages, so when it returns nil, every report published
+// before was handled: Check then expects each node's last published report.
+//
+// Each request is bounded by Config.Timeout. A worker still working through
+// a backlog, or one that dropped the sync report as a slow consumer, lets
+// it time out: Sync then sends another, up to syncAttempts requests, while
+// ctx lasts. Waiting until the worker has taken what was published (its
+// metrics say so) before calling Sync avoids the drop.
 func (g *Generator) Sync(ctx context.Context) error {
 	var scratch []byte
 	var rep codec.Report
 	n := &g.nodes[0]
-	body := g.p.body(&scratch, &rep, 0, n.sent)
-	n.sent++
-	if err := g.request(ctx, g.p.subjects[0], body); err != nil {
+	for attempt := 1; ; attempt++ {
+		body := g.p.body(&scratch, &rep, 0, n.sent)
+		n.sent++
+		err := g.request(ctx, g.p.subjects[0], body)
+		if err == nil {
+			break
+		}
 		n.last = failed
-		return fmt.Errorf("loadgen: sync: %w", err)
+		if attempt == syncAttempts || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("loadgen: sync, request %d: %w", attempt, err)
+		}
 	}
 	for i := range g.nodes {
 		if m := &g.nodes[i]; m.last == published || i == 0 {

@@ -8,5 +8,6 @@
 // that record at a high rate may instead each own a Recorder and Merge them
 // at the end. Quantiles are within 0.1% of the recorded value (values
 // below 1 µs count as 1 µs, above an hour as an hour) and never exceed the
-// maximum. Measured costs are in docs/performance.md.
+// maximum. BenchmarkRecord compares it with the lock-free atomic-bucket
+// histogram it replaced (kept in baseline_test.go), in the same run.
 package latency

@@ -19,7 +19,8 @@
 //     same publisher, and a final request whose ack means that every report
 //     before it was handled. Applied reports come from the worker's /metrics,
 //     so slow-consumer drops are not counted as applied. Meanwhile
-//     --ack-clients clients send reports as requests and time the acks.
+//     --ack-clients simulated nodes of their own (after the publisher's)
+//     send reports as requests, one each in flight, and time the acks.
 //   - get: 1000 nodes x 10 flows, a 10,000-flow aggregate; the ingest is
 //     paced at --get-load-rate while a client times gets.
 //   - rss: the worker's resident memory holding 10,000 nodes x 10 flows.
@@ -117,7 +118,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss, all ("+defaultScenarioNames+"), and, only when named, "+pendingScenarioNames)
 	fs.Float64Var(&c.getLoadRate, "get-load-rate", 50000, "reports/s ingested during the get scenario")
 	fs.DurationVar(&c.getInterval, "get-interval", 0, "pause between two gets of the get scenario (0: back to back)")
-	fs.IntVar(&c.ackClients, "ack-clients", 8, "clients sending reports as requests during the ingest, timing the acks")
+	fs.IntVar(&c.ackClients, "ack-clients", 8, "nodes of their own sending reports as requests during the ingest (one each in flight), timing the acks")
 	fs.DurationVar(&c.quietWait, "quiet-wait", 5*time.Second, "before each run, wait up to this long for other processes to use less than 25% of the machine (0: don't)")
 	fs.StringVar(&c.binDir, "bin-dir", "", "directory holding prebuilt worker and nats-server binaries (empty: build them)")
 	fs.StringVar(&c.goBench, "go-bench", "", "a file of `go test -bench` output, printed as the first part of the summary")

@@ -13,8 +13,8 @@
 //     snapshot, and yields states in revision order, never twice and never
 //     backwards, starting over from a new snapshot when the epoch changes.
 //
-// Client.Load drives a worker with simulated flownodes and checks the final
-// aggregate; `worker bench` is built on it.
+// The load generator of `worker bench` and the load test is not part of the
+// client API: it is internal/loadgen, built on this package.
 //
 // The connection is the caller's: the package never dials, and never closes
 // or drains the *nats.Conn it is given. A Client is safe for concurrent use.

@@ -154,26 +154,3 @@ func ExampleClient_Watch() {
 	// revision 3: 2 flows (new epoch: false)
 	// revision 5: 3 flows (new epoch: false)
 }
-
-// A benchmark harness drives the worker with simulated flownodes and checks
-// the final aggregate.
-func ExampleClient_Load() {
-	nc, stop := demo(consumer.Config{})
-	defer stop()
-	c, err := client.New(nc, client.Options{})
-	if err != nil {
-		panic(err)
-	}
-	res, err := c.Load(context.Background(), client.LoadConfig{
-		Nodes:    4,
-		Flows:    5,
-		Rate:     0, // as fast as possible
-		Duration: 200 * time.Millisecond,
-	})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("exact:", res.Exact(), "flows:", len(res.Final.Value.StateSize), "failed:", res.Failed)
-	// Output:
-	// exact: true flows: 20 failed: 0
-}

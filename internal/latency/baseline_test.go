@@ -1,4 +1,8 @@
-package client
+package latency_test
+
+// The load generator's former recorder (client/histogram.go before the
+// latency package), kept as the baseline of the benchmarks: 28,672 atomic
+// microsecond buckets, lock-free.
 
 import (
 	"math/bits"

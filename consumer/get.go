@@ -16,13 +16,23 @@ import (
 )
 
 // handleGet answers a get with the aggregate, msgpack unless the request
-// accepts application/json.
+// accepts application/json; in chunks (chunks.go) when it asks for them.
 func (w *Worker) handleGet(req micro.Request) {
 	asJSON := wantsJSON(req.Headers().Get(protocol.HeaderAccept))
+	chunked := req.Headers().Get(protocol.HeaderChunks) == "1"
+	if asJSON && chunked {
+		w.stats.getErrors.Add(1)
+		_ = req.Error("400", "Accept: application/json cannot be chunked (Flow-State-Chunks: 1)", nil)
+		return
+	}
 	ctx := context.Background()
 	if err := w.mgr.Sync(ctx); err != nil {
 		// A shared store's read barrier failed: serve what this worker has.
 		w.logThrottled(slog.LevelWarn, "get served without a read barrier", slog.String("subject", req.Subject()), slog.Any("err", err))
+	}
+	if chunked {
+		w.handleChunkedGet(ctx, req)
+		return
 	}
 	var size int
 	err := w.withEncoded(ctx, asJSON, func(body []byte, v flowstate.Version) error {
@@ -98,13 +108,8 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 	w.cacheMu.Lock()
 	defer w.cacheMu.Unlock()
 	c := &w.cache
-	if !c.valid || c.version != v {
-		s, err := w.mgr.Snapshot(ctx, c.flows)
-		if err != nil {
-			return err
-		}
-		c.valid, c.version, c.flows = true, s.Version, s.Flows
-		c.hasMsgpack, c.hasJSON = false, false
+	if err := w.refreshLocked(ctx, v); err != nil {
+		return err
 	}
 	if asJSON {
 		if !c.hasJSON {
@@ -122,6 +127,23 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 		w.stats.aggregateBytes.Store(int64(len(c.msgpack)))
 	}
 	return fn(c.msgpack, c.version)
+}
+
+// refreshLocked makes the cache hold the aggregate of version v or newer,
+// copying it from the state if it holds an older one. The caller holds
+// cacheMu.
+func (w *Worker) refreshLocked(ctx context.Context, v flowstate.Version) error {
+	c := &w.cache
+	if c.valid && c.version == v {
+		return nil
+	}
+	s, err := w.mgr.Snapshot(ctx, c.flows)
+	if err != nil {
+		return err
+	}
+	c.valid, c.version, c.flows = true, s.Version, s.Flows
+	c.hasMsgpack, c.hasJSON, c.chunks = false, false, nil
+	return nil
 }
 
 // headerSize is the size of h on the wire, which counts against the

@@ -23,9 +23,10 @@ const (
 // and then yields the updates that are newer than what it yielded last.
 // Against a v2 worker (Options.WatchMode) it follows <prefix>.state.delta:
 // it applies each delta whose epoch is the current one and whose base is
-// the revision it yielded last, and takes a new chunked snapshot otherwise
-// (a delta was missed, a new epoch or publisher, a resync delta, a
-// reconnect). Against a v1 worker it follows the full updates on
+// at or below the revision it yielded last (a delta lists every flow that
+// changed since its base, so it also brings a snapshot taken after its base
+// to its revision), and takes a new chunked snapshot otherwise (a delta was
+// missed, a new epoch or publisher, a resync delta, a reconnect). Against a v1 worker it follows the full updates on
 // <prefix>.state. Either way:
 //
 //   - Within an epoch, revisions strictly increase: an update whose epoch is

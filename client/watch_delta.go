@@ -98,8 +98,13 @@ func (w *deltaWatch) run() {
 // ended.
 func (w *deltaWatch) apply(msg *nats.Msg, v flowstate.Version) (applied, goOn bool) {
 	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
+	// A delta lists every flow changed since base with its entry now, so
+	// it brings any state between base and its revision to its revision:
+	// a snapshot taken between two deltas (its revision ahead of the next
+	// delta's base) goes on with deltas instead of taking snapshot after
+	// snapshot while reports keep coming.
 	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
-		v.Epoch != w.cur.Epoch || base != w.cur.Revision {
+		v.Epoch != w.cur.Epoch || base > w.cur.Revision {
 		return false, true
 	}
 	bodyBase, flows, err := codec.DecodeDelta(msg.Data, w.flows)

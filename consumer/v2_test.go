@@ -200,3 +200,37 @@ func TestChunkedGetAsJSONIsABadRequest(t *testing.T) {
 	require.Len(t, msgs, 1)
 	assert.Equal(t, "400", msgs[0].Header.Get(protocol.HeaderErrorCode))
 }
+
+func TestADeltaOverTheMaxPayloadIsAResync(t *testing.T) {
+	f := startWorker(t, startServer(t, &server.Options{MaxPayload: 4096}), consumer.Config{PublishInterval: 0})
+	sub, err := f.nc.SubscribeSync("flow.state.delta")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
+	sizes := func(from flowstate.FlowID) []flowstate.Flow {
+		var flows []flowstate.Flow
+		for id := from; id < from+500; id++ {
+			flows = append(flows, flowstate.Flow{ID: id, Has: flowstate.HasStateSize, StateSize: 1})
+		}
+		return flows
+	}
+	ack(t, f.nc, 1, report(1, sizes(1000)...))
+	_, _, _ = nextDelta(t, sub)
+	// 500 flows leave and 500 others come: a delta of about 7 KB.
+	rev := ack(t, f.nc, 1, report(1, sizes(2000)...))
+	msg, drev, base := nextDelta(t, sub)
+	require.Equal(t, rev, drev)
+	assert.Equal(t, "1", msg.Header.Get(protocol.HeaderResync))
+	gotBase, flows, err := codec.DecodeDelta(msg.Data, nil)
+	require.NoError(t, err)
+	assert.Equal(t, base, gotBase)
+	assert.Empty(t, flows)
+	// The next delta that fits goes out as usual.
+	rev = ack(t, f.nc, 1, report(1, sizes(2001)...))
+	msg, drev, base = nextDelta(t, sub)
+	require.Equal(t, rev, drev)
+	assert.Empty(t, msg.Header.Get(protocol.HeaderResync))
+	_, flows, err = codec.DecodeDelta(msg.Data, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []flowstate.Flow{{ID: 2000}, {ID: 2500, Has: flowstate.HasStateSize, StateSize: 1}}, flows)
+	assert.Less(t, base, drev)
+}

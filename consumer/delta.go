@@ -33,6 +33,10 @@ type v2State struct {
 	last      flowstate.Version // of the last delta published
 	published uint64            // deltas published
 	resyncs   uint64            // of which resync deltas
+	// notPublisher is set while another worker of a shared store publishes:
+	// deltas were published that this worker did not track, so its next
+	// delta is a resync.
+	notPublisher bool
 }
 
 // publishDeltaLocked publishes what changed since the previous delta on
@@ -51,8 +55,11 @@ func (w *Worker) publishDeltaLocked(ctx context.Context) {
 		return
 	}
 	w.v2.flows = d.Flows
-	if d.Version == w.v2.last {
+	if d.Version == w.v2.last && !w.v2.notPublisher {
 		return
+	}
+	if w.v2.notPublisher {
+		d.Resync = true
 	}
 	h := versionHeader(d.Version)
 	h.Set(protocol.HeaderBaseRevision, strconv.FormatUint(d.Base, 10))
@@ -71,7 +78,7 @@ func (w *Worker) publishDeltaLocked(ctx context.Context) {
 		w.logThrottled(slog.LevelError, "delta not published", slog.String("subject", subject), slog.Any("err", err))
 		return
 	}
-	w.v2.last = d.Version
+	w.v2.last, w.v2.notPublisher = d.Version, false
 	w.v2.published++
 	if d.Resync {
 		w.v2.resyncs++

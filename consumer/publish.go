@@ -104,7 +104,10 @@ func (w *Worker) publishState() {
 	defer w.pubMu.Unlock()
 	ctx := context.Background()
 	if err := w.mgr.Flush(ctx); errors.Is(err, flowstate.ErrNotPublisher) {
-		return // another worker of a shared store publishes
+		// Another worker of a shared store publishes; when this one
+		// publishes again, its first delta makes clients resync.
+		w.v2.notPublisher = true
+		return
 	} else if err != nil {
 		w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
 	}

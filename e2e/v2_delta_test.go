@@ -244,21 +244,7 @@ func TestWatchAcrossAWorkerRestartFollowsTheNewEpochWithDeltas(t *testing.T) {
 	c, err := fsclient.New(nc, fsclient.Options{Timeout: deltaWait, WatchMode: fsclient.WatchV2})
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	states := make(chan fsclient.State, 1<<16)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		for s, err := range c.Watch(ctx) {
-			if err == nil {
-				states <- fsclient.State{Version: s.Version, EpochChanged: s.EpochChanged, Value: s.Clone().Value}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-watchDone
-	})
+	states := startStateWatch(t, c)
 	first := nextState(t, states)
 
 	sendChurn(t, c, 10, 10, 2)
@@ -290,6 +276,27 @@ func TestWatchAcrossAWorkerRestartFollowsTheNewEpochWithDeltas(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 1, newEpoch, "one change of epoch")
+}
+
+// startStateWatch ranges over c.Watch until Cleanup, handing over a Clone
+// of each state.
+func startStateWatch(t testing.TB, c *fsclient.Client) <-chan fsclient.State {
+	ctx, cancel := context.WithCancel(context.Background())
+	states := make(chan fsclient.State, 1<<16)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for s, err := range c.Watch(ctx) {
+			if err == nil {
+				states <- s.Clone()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-watchDone
+	})
+	return states
 }
 
 func nextState(t testing.TB, states <-chan fsclient.State) fsclient.State {

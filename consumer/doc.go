@@ -13,10 +13,16 @@
 // the first change after a quiet interval goes out at once, later changes go
 // out together at the end of the interval, and the last state is always
 // published. The aggregate key of the store is written at the same cadence.
+// At the same moments it publishes what changed on <prefix>.state.delta
+// (protocol v2; Config.StateUpdates chooses either or both), or a resync
+// delta when that would not fit the max payload.
 //
 // The get endpoint (<prefix>.state.get) is an endpoint of the NATS micro
 // service "flowstate", so $SRV.PING, $SRV.INFO and $SRV.STATS discover it.
-// Gets are served from an encoding cached per state version.
+// Gets are served from an encoding cached per state version. A get with
+// Flow-State-Chunks: 1 is answered with the aggregate split into chunks of
+// ascending flow ids, each within the max payload (chunks.go), so that a
+// state of any size can be read.
 //
 // With a manager that follows a store shared by several workers
 // (flowstate.Manager.Follow, a JetStream bucket), every worker of the queue

@@ -41,7 +41,8 @@ func (l *signalLogger) Write(p []byte) (int, error) {
 // frontend of PROTOCOL.md v2 in JavaScript: it rebuilds the state from
 // flow.state.delta and chunked gets under concurrent reports from 20 nodes
 // and checks it against the single-message get, byte for byte; then this
-// test restarts the worker (a new epoch) and the script does it again.
+// test restarts the worker (a new epoch) and the script does it again, then
+// grows the state past the 1 MB max payload and reads it in chunks.
 func TestJavaScriptClientFollowsDeltasAcrossARestart(t *testing.T) {
 	t.Parallel()
 	node := requireJSClient(t)
@@ -82,5 +83,5 @@ func TestJavaScriptClientFollowsDeltasAcrossARestart(t *testing.T) {
 	err = cmd.Wait()
 	out := stdout.close()
 	stderr.close()
-	require.Equal(t, 3, requireJSPassed(t, ctx, "v2.mjs", out, err), "checks run")
+	require.Equal(t, 4, requireJSPassed(t, ctx, "v2.mjs", out, err), "checks run")
 }

@@ -3,7 +3,8 @@
 // JavaScript: it follows <prefix>.state.delta, takes chunked snapshots
 // (Flow-State-Chunks: 1) when it must, and checks that the state it rebuilt
 // is the single-message get's, byte for byte, after concurrent reports from
-// many nodes, then again after the worker restarts (a new epoch).
+// many nodes, then again after the worker restarts (a new epoch), and reads
+// a state over the max payload in chunks.
 //
 //   node v2.mjs NATS_URL PREFIX
 //
@@ -291,6 +292,40 @@ await check("after a worker restart (a new epoch), the follower resyncs and rebu
   const note = await followChurn(2);
   assert.notEqual(f.cur.epoch, epochBefore, "a new epoch");
   return note;
+});
+
+await check("a state over the max payload: the single-message get answers 413, the chunked get reads it whole, the follower follows", async () => {
+  const nodes = 20;
+  const perNode = 2000;
+  const reports = new Map();
+  const acks = [];
+  for (let id = 1; id <= nodes; id++) {
+    const sizes = {};
+    const last = {};
+    const start = {};
+    for (let i = 0; i < perNode; i++) {
+      const fid = 100_000 + id * perNode + i;
+      sizes[fid] = 1_000_000 + fid;
+      last[fid] = 1_700_000_000_000 + i;
+      start[fid] = 1_690_000_000_000 + i;
+    }
+    reports.set(id, state(sizes, last, start));
+    acks.push(nc.request(`${prefix}.heartbeat.${1000 + id}`, reportOf(1000 + id, reports.get(id), "int"), { timeout: TIMEOUT }));
+  }
+  await f.pump(Promise.all(acks).then((msgs) => msgs.forEach((m) => assert.equal(header(m, H_ERROR_CODE), "", header(m, H_ERROR)))));
+  const single = await nc.request(`${prefix}.state.get`, Empty, { timeout: TIMEOUT });
+  assert.equal(header(single, H_ERROR_CODE), "413", "the single-message get of a state over the max payload");
+  const s = await chunkedGet(nc);
+  assert.ok(s.chunks > 1, `${s.chunks} chunk(s)`);
+  await f.until(s);
+  const want = hex(canonicalMsgpack(s.state));
+  assert.equal(hex(canonicalMsgpack(f.cur.state)), want, "the follower's state is the chunked get's");
+  for (const [id, r] of reports) {
+    for (const field of FIELDS) {
+      for (const [fid, v] of r[field]) assert.equal(s.state[field].get(fid), v, `node ${id}: ${field}[${fid}]`);
+    }
+  }
+  return `${s.chunks} chunks, ${s.state.state_size.size} flows`;
 });
 
 await nc.drain().catch(() => {});

@@ -45,6 +45,7 @@ type Config struct {
 	DeadLetterSubject string
 	NodeTTL           time.Duration
 	LogLevel          string
+	StateUpdates      string // both, full or delta (v2)
 }
 
 // envPrefix starts every environment variable of the worker.
@@ -67,6 +68,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 		KVReplicas:      1,
 		KVStorage:       "memory",
 		LogLevel:        "info",
+		StateUpdates:    consumer.StateUpdatesBoth,
 	}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -92,6 +94,7 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports here, with the reason in headers (empty: off)")
 	fs.DurationVar(&c.NodeTTL, "node-ttl", 0, "evict a node silent for longer than this, as if it had sent an empty report (0: never)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	str(&c.StateUpdates, "state-updates", "what each update publishes: both, full (only <prefix>.state) or delta (only <prefix>.state.delta)")
 	useTokenEnv := false
 	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(v string) error {
 		if v != "true" {
@@ -238,5 +241,6 @@ func (c Config) consumerConfig() consumer.Config {
 		MaxFlows:          c.MaxFlows,
 		DeadLetterSubject: c.DeadLetterSubject,
 		NodeTTL:           c.NodeTTL,
+		StateUpdates:      c.StateUpdates,
 	}
 }

@@ -202,3 +202,50 @@ func TestServerLogIsRateLimitedAndMapsSlowConsumersToWarnings(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestServingIsLoggedOnlyOnceConnected(t *testing.T) {
+	port := freePort(t)
+	logs := newLineWriter()
+	m := &Main{}
+	require.NoError(t, m.ParseFlags([]string{"--nats-url", "nats://127.0.0.1:" + itoa(port)}, noEnv, io.Discard, logs))
+	require.NoError(t, m.Open())
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(ctx, signals{log: m.Log}) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-ran)
+		cctx, ccancel := context.WithTimeout(context.Background(), cliWait)
+		defer ccancel()
+		assert.NoError(t, m.Close(cctx))
+	}()
+
+	// Not connected: the lines so far do not say serving; the first one
+	// after the server is up says connected, then serving.
+	for _, line := range drain(logs) {
+		assert.NotContains(t, line, "msg=serving")
+	}
+	serverOnPort(t, port)
+	for {
+		line := logs.next(t)
+		assert.NotContains(t, line, "msg=serving", "serving before connected")
+		if strings.Contains(line, `msg="NATS connected"`) {
+			break
+		}
+	}
+	for !strings.Contains(logs.next(t), "msg=serving") {
+	}
+}
+
+// drain returns the lines written so far.
+func drain(w *lineWriter) []string {
+	var lines []string
+	for {
+		select {
+		case l := <-w.lines:
+			lines = append(lines, l)
+		default:
+			return lines
+		}
+	}
+}

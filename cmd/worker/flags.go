@@ -91,6 +91,9 @@ func (f *flagSet) parse(args []string, getenv func(string) string) error {
 	return nil
 }
 
+// flagColumn is the width of the flag column of the usage.
+const flagColumn = 26
+
 // printFlags writes one entry per flag: its name and argument, its usage and
 // default, and its environment variable.
 func (f *flagSet) printFlags(w io.Writer) {
@@ -104,11 +107,15 @@ func (f *flagSet) printFlags(w io.Writer) {
 		if fl.DefValue != "" && fl.DefValue != "false" && fl.DefValue != "0" && fl.DefValue != "0s" && !strings.Contains(usage, "(0: ") {
 			def = fmt.Sprintf(" (default %s)", fl.DefValue)
 		}
-		fmt.Fprintf(w, "  %-26s %s%s\n", name, usage, def)
+		if len(name) > flagColumn {
+			fmt.Fprintf(w, "  %s\n  %-*s %s%s\n", name, flagColumn, "", usage, def)
+		} else {
+			fmt.Fprintf(w, "  %-*s %s%s\n", flagColumn, name, usage, def)
+		}
 		if env, ok := f.envs[fl.Name]; ok {
-			fmt.Fprintf(w, "  %-26s env %s (a flag given wins)\n", "", env)
+			fmt.Fprintf(w, "  %-*s env %s (a flag given wins)\n", flagColumn, "", env)
 		} else if env, ok := f.secretEnvs[fl.Name]; ok {
-			fmt.Fprintf(w, "  %-26s env %s\n", "", env)
+			fmt.Fprintf(w, "  %-*s env %s\n", flagColumn, "", env)
 		}
 	})
 }

@@ -201,21 +201,28 @@ func TestSigtermUnderAFloodExitsZero(t *testing.T) {
 	t.Parallel()
 	w := embeddedWorker(t)
 	u := newClient(t, w).subscribeUpdates()
-	const publishers, flows = 4, 20
+	const publishers, nodes, flows = 4, 500, 100
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for p := range publishers {
 		nc := connect(t, w.URL, nats.ReconnectBufSize(-1))
+		// Reports of 100 flows each, encoded once: the flood goes as fast
+		// as the connection takes it, about 2 KB a report.
+		bodies := make([][]byte, nodes)
+		for i := range bodies {
+			node := uint64(p*nodes + i + 1)
+			fl := map[uint32]int64{}
+			for f := range flows {
+				fl[uint32(int(node)*flows+f)] = int64(node)
+			}
+			bodies[i] = codecReport(node, lastExec(fl))
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fl := map[uint32]int64{}
-			for f := range flows {
-				fl[uint32(p*flows+f+1)] = 1
-			}
 			for i := 0; ; i++ {
-				node := uint64(p*1000 + i%1000 + 1)
-				if nc.Publish(fmt.Sprintf("%s.heartbeat.%d", w.Prefix, node), codecReport(node, lastExec(fl))) != nil {
+				node := p*nodes + i%nodes + 1
+				if nc.Publish(w.Prefix+".heartbeat."+strconv.Itoa(node), bodies[i%nodes]) != nil {
 					return
 				}
 				select {

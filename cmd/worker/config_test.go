@@ -249,3 +249,25 @@ func drain(w *lineWriter) []string {
 		}
 	}
 }
+
+func TestGroupStopsActorsOneAtATimeInReverseOrder(t *testing.T) {
+	var g group
+	order := make(chan string, 3)
+	for _, name := range []string{"server", "conn", "worker"} {
+		g.add(name, until(func(ctx context.Context) error {
+			_, hasDeadline := ctx.Deadline()
+			assert.True(t, hasDeadline, "a stop is bounded")
+			order <- name
+			return nil
+		}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the caller's context ends: a clean stop
+	require.NoError(t, g.run(ctx, 5*time.Second))
+	close(order)
+	var got []string
+	for name := range order {
+		got = append(got, name)
+	}
+	assert.Equal(t, []string{"worker", "conn", "server"}, got)
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
-// actor is one part of the running worker. Run returns when ctx ends, or
-// earlier with an error if the part fails.
+// actor is one part of the running worker. Run returns early with an error
+// if the part fails; when ctx ends it stops the part, within the deadline
+// that stopContext(ctx) gives, and returns.
 type actor interface {
 	Run(ctx context.Context) error
 }
@@ -18,8 +20,21 @@ type actorFunc func(ctx context.Context) error
 
 func (f actorFunc) Run(ctx context.Context) error { return f(ctx) }
 
-// group runs actors together, oklog/run style: the first one to return ends
-// the others (their context is cancelled).
+// until is the actor that waits for the group to stop, then runs stop.
+func until(stop func(ctx context.Context) error) actor {
+	return actorFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		sctx, cancel := stopContext(ctx)
+		defer cancel()
+		return stop(sctx)
+	})
+}
+
+// group runs actors together, oklog/run style: the first one to return
+// stops the others. Unlike oklog/run it stops them one at a time, in the
+// reverse order of add, so that a part stops before the parts it uses
+// (the worker before its connection, the connection before the embedded
+// server), all within one bound.
 type group struct {
 	names  []string
 	actors []actor
@@ -32,37 +47,86 @@ func (g *group) add(name string, a actor) {
 
 // errActorsStuck is returned when an actor does not return within the
 // bound after the group was stopped.
-var errActorsStuck = errors.New("actors did not stop in time")
+var errActorsStuck = errors.New("did not stop in time")
 
-// run runs every actor until one returns, then cancels the others and waits
-// for them at most wait. It returns the first actor's error (nil for a clean
-// stop, such as a signal), named after its actor.
-func (g *group) run(ctx context.Context, wait time.Duration) error {
-	if len(g.actors) == 0 {
-		return nil
+// stopping holds the deadline of a group's stop, set before the first
+// actor is told to stop.
+type stopping struct {
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+type stoppingKey struct{}
+
+// stopContext returns a context that ends at the deadline of the group's
+// stop (the context of Run has ended by then, so it cannot serve).
+func stopContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	s, ok := ctx.Value(stoppingKey{}).(*stopping)
+	if !ok {
+		return context.WithTimeout(context.Background(), shutdownTimeout)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(g.actors))
+	s.mu.Lock()
+	deadline := s.deadline
+	s.mu.Unlock()
+	return context.WithDeadline(context.Background(), deadline)
+}
+
+// run runs every actor until one returns or ctx ends, then stops the others
+// in the reverse order of add, within bound in all. It returns the first
+// actor's error (nil for a clean stop, such as a signal) and those of the
+// stops, each named after its actor.
+func (g *group) run(ctx context.Context, bound time.Duration) error {
+	st := &stopping{}
+	// The actors stop one at a time, when the group cancels each: not all
+	// at once when ctx ends.
+	base := context.WithValue(context.WithoutCancel(ctx), stoppingKey{}, st)
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(g.actors))
+	cancels := make([]context.CancelFunc, len(g.actors))
 	for i, a := range g.actors {
-		go func() {
-			err := a.Run(ctx)
-			if err != nil {
-				err = fmt.Errorf("%s: %w", g.names[i], err)
-			}
-			errs <- err
-		}()
+		actx, cancel := context.WithCancel(base)
+		cancels[i] = cancel
+		go func() { results <- result{i, a.Run(actx)} }()
 	}
-	first := <-errs
-	cancel()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for range len(g.actors) - 1 {
-		select {
-		case <-errs:
-		case <-timer.C:
-			return errors.Join(first, errActorsStuck)
+	done := make([]bool, len(g.actors))
+	var errs []error
+	record := func(r result) {
+		done[r.i] = true
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", g.names[r.i], r.err))
 		}
 	}
-	return first
+	select {
+	case r := <-results:
+		record(r)
+	case <-ctx.Done():
+	}
+	st.mu.Lock()
+	st.deadline = time.Now().Add(bound)
+	st.mu.Unlock()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	for i := len(g.actors) - 1; i >= 0; i-- {
+		cancels[i]()
+		for !done[i] {
+			select {
+			case r := <-results:
+				record(r)
+			case <-timer.C:
+				for _, c := range cancels {
+					c()
+				}
+				for j := range done {
+					if !done[j] {
+						errs = append(errs, fmt.Errorf("%s: %w", g.names[j], errActorsStuck))
+					}
+				}
+				return errors.Join(errs...)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -52,14 +52,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		_ = m.Close(ctx)
 		return 1
 	}
-	err := m.Run(context.Background(), sig)
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if cerr := m.Close(ctx); cerr != nil {
-		m.Log.Error("shutdown incomplete", slog.Any("err", cerr))
-		return 1
-	}
-	if err != nil {
+	if err := m.Run(context.Background(), sig); err != nil {
 		m.Log.Error("stopped on a failure", slog.Any("err", err))
 		return 1
 	}
@@ -81,6 +74,7 @@ type Main struct {
 	metrics *metricsServer
 
 	metricsAddr string // where metrics are served, once Open has listened
+	dropped     bool   // the worker's drain ended with reports not applied
 }
 
 // ParseFlags sets the configuration from args and the environment, and the
@@ -162,19 +156,22 @@ func (m *Main) warnings() {
 	}
 }
 
-// Run runs the parts as one group until a signal (nil) or the first
-// failure (its error); Close then shuts down.
+// Run runs the parts as one group of actors until a signal (nil) or the
+// first failure (its error), then stops them in order within
+// shutdownTimeout (shutdown.go).
+// TODO(merge): the replica's and the store's health probe's Run, between
+// "state" and "worker".
 func (m *Main) Run(ctx context.Context, sig signals) error {
 	var g group
-	g.add("signals", sig)
-	g.add("nats", actorFunc(m.watchConn))
-	// The worker, the replica and the store run until the group stops;
-	// Close stops them in order.
-	// TODO(merge): the replica's and the store's health probe's Run.
-	g.add("worker", actorFunc(func(ctx context.Context) error { <-ctx.Done(); return nil }))
+	g.add("embedded server", until(m.stopServer))
+	g.add("nats", until(m.stopConn))
+	g.add("state", until(m.stopState))
+	g.add("worker", until(m.stopWorker))
+	g.add("nats watch", actorFunc(m.watchConn))
 	if m.metrics != nil {
 		g.add("metrics", m.metrics)
 	}
+	g.add("signals", sig)
 	return g.run(ctx, shutdownTimeout)
 }
 

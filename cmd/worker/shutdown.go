@@ -12,21 +12,27 @@ import (
 	"flowstate/kv"
 )
 
-// intakeShare is the share of the shutdown time given to the worker's drain
-// of received reports; the rest is for the last publish, the connection and
+// The parts stop in this order (the reverse of their start), within
+// shutdownTimeout in all: the metrics server; the worker (stop intake and
+// drain the reports received: those not applied within intakeShare of the
+// time left are dropped, their nodes' next heartbeats heal the state; then
+// the last publish); the shared state (the publisher lease handed over);
+// the connection (drained); the embedded server. Each stop runs once,
+// from its actor (Run) or from Close.
+
+// intakeShare is the share of the time left given to the worker's drain of
+// received reports; the rest is for the last publish, the connection and
 // the embedded server.
 const intakeShare = 0.6
 
-// Close shuts down in order, under ctx: stop the metrics server if it never
-// ran; stop intake and drain the reports received (those not applied within
-// its share of ctx are dropped: their nodes' next heartbeats heal the state),
-// publish the last state; hand the publisher lease over; drain the
-// connection; stop the embedded server.
-func (m *Main) Close(ctx context.Context) error {
-	var errs []error
-	if m.metrics != nil {
-		_ = m.metrics.Close()
+// stopWorker stops intake, drains the reports received and publishes the
+// last state.
+func (m *Main) stopWorker(ctx context.Context) error {
+	w := m.worker
+	if w == nil {
+		return nil
 	}
+	m.worker = nil
 	if m.nc != nil && !m.nc.IsConnected() && !chanClosed(m.nc.up) {
 		// Never connected (the server refuses the credentials, or is not
 		// there): nothing was received, and a drain would only wait for a
@@ -34,49 +40,44 @@ func (m *Main) Close(ctx context.Context) error {
 		m.nc.closing.Store(true)
 		m.nc.Close()
 	}
-	dropped := false
-	if m.worker != nil {
-		wctx, cancel := shareOf(ctx, intakeShare)
-		err := m.worker.Shutdown(wctx)
-		cancel()
-		switch {
-		case err != nil && wctx.Err() != nil && ctx.Err() == nil:
-			s := m.worker.Stats()
-			m.Log.Warn("reports received but not applied in time are dropped; their nodes' next heartbeats heal the state",
-				slog.Uint64("received", s.Received), slog.Uint64("applied", s.Applied), slog.Uint64("rejected", s.Rejected))
-			dropped = true
-		case err != nil:
-			errs = append(errs, err)
-		}
+	wctx, cancel := shareOf(ctx, intakeShare)
+	defer cancel()
+	err := w.Shutdown(wctx)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		s := w.Stats()
+		m.Log.Warn("reports received but not applied in time are dropped; their nodes' next heartbeats heal the state",
+			slog.Uint64("received", s.Received), slog.Uint64("applied", s.Applied), slog.Uint64("rejected", s.Rejected))
+		m.dropped = true
+		return nil
 	}
+	return err
+}
+
+// stopState hands the publisher lease of a shared store over to another
+// worker and closes the store.
+func (m *Main) stopState(ctx context.Context) error {
+	var err error
 	if m.mgr != nil {
-		// Hands the publisher lease over to another worker at once.
-		if err := m.mgr.StopFollowing(ctx); err != nil {
-			errs = append(errs, err)
-		}
+		err = m.mgr.StopFollowing(ctx)
+		m.mgr = nil
 	}
 	if js, ok := m.store.(*kv.JetStream); ok {
 		js.Close()
+		m.store = nil
 	}
-	if m.nc != nil {
-		m.nc.closing.Store(true)
-		if err := m.closeConn(ctx, dropped); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if m.srv != nil {
-		m.srv.Shutdown()
-		m.srv.WaitForShutdown()
-	}
-	return errors.Join(errs...)
+	return err
 }
 
-// closeConn drains the connection and waits until it is closed, under ctx.
-// After an incomplete drain of the heartbeats (dropped), it flushes what was
-// sent (acks, the last state) and closes, dropping what is still pending.
-func (m *Main) closeConn(ctx context.Context, dropped bool) error {
+// stopConn drains the connection and waits until it is closed, under ctx.
+// After an incomplete drain of the heartbeats, it flushes what was sent
+// (acks, the last state) and closes, dropping what is still pending.
+func (m *Main) stopConn(ctx context.Context) error {
 	nc := m.nc
-	if dropped {
+	if nc == nil || nc.IsClosed() {
+		return nil
+	}
+	nc.closing.Store(true)
+	if m.dropped {
 		fctx, cancel := shareOf(ctx, 0.5)
 		defer cancel()
 		if err := nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
@@ -95,6 +96,26 @@ func (m *Main) closeConn(ctx context.Context, dropped bool) error {
 		nc.Close()
 		return fmt.Errorf("NATS drain: %w", ctx.Err())
 	}
+}
+
+// stopServer stops the embedded server.
+func (m *Main) stopServer(context.Context) error {
+	if m.srv != nil {
+		m.srv.Shutdown()
+		m.srv.WaitForShutdown()
+		m.srv = nil
+	}
+	return nil
+}
+
+// Close stops, in order and under ctx, whatever Open started and Run has
+// not stopped: after a failed Open, or instead of Run.
+func (m *Main) Close(ctx context.Context) error {
+	if m.metrics != nil {
+		_ = m.metrics.Close()
+		m.metrics = nil
+	}
+	return errors.Join(m.stopWorker(ctx), m.stopState(ctx), m.stopConn(ctx), m.stopServer(ctx))
 }
 
 // shareOf returns a context that ends after share of ctx's remaining time.

@@ -361,43 +361,45 @@ func (d *valueDecoder) flowID() (FlowID, error) {
 // fraction or an exponent, -0 and a magnitude past uint64 are floats to
 // serde_json (its parse_number), which no integer field accepts.
 func (d *valueDecoder) integer() (mag uint64, neg bool, err error) {
-	if d.pos < len(d.data) && d.data[d.pos] == '-' {
+	data, i := d.data, d.pos
+	if i < len(data) && data[i] == '-' {
 		neg = true
-		d.pos++
+		i++
 	}
-	if d.pos >= len(d.data) {
-		return 0, false, d.fail("EOF while parsing a number")
+	start := i
+	for ; i < len(data); i++ {
+		digit := data[i] - '0'
+		if digit > 9 {
+			break
+		}
+		mag = mag*10 + uint64(digit) // wraps past 19 digits: checked below
 	}
-	switch c := d.data[d.pos]; {
-	case c == '0':
-		d.pos++
-		if d.pos < len(d.data) && isDigit(d.data[d.pos]) {
-			return 0, false, d.fail("invalid number (leading zero)")
-		}
-		if neg {
-			return 0, false, d.fail("-0 is a float to serde_json")
-		}
-	case isDigit(c):
-		for d.pos < len(d.data) && isDigit(d.data[d.pos]) {
-			digit := uint64(d.data[d.pos] - '0')
-			if mag > (math.MaxUint64-digit)/10 {
-				return 0, false, d.fail("integer past u64 (a float to serde_json)")
-			}
-			mag = mag*10 + digit
-			d.pos++
-		}
-	case neg:
+	n := i - start
+	d.pos = i
+	switch {
+	case n == 0 && neg:
 		return 0, false, d.fail("invalid number")
-	default:
+	case n == 0:
 		return 0, false, d.fail("expected an integer")
+	case data[start] == '0' && n > 1:
+		return 0, false, d.fail("invalid number (leading zero)")
+	case n > len(maxUint64Digits),
+		n == len(maxUint64Digits) && string(data[start:i]) > maxUint64Digits:
+		return 0, false, d.fail("integer past u64 (a float to serde_json)")
+	case neg && mag == 0:
+		return 0, false, d.fail("-0 is a float to serde_json")
 	}
-	if d.pos < len(d.data) {
-		switch d.data[d.pos] {
+	if i < len(data) {
+		switch data[i] {
 		case '.', 'e', 'E':
 			return 0, false, d.fail("a float where an integer is expected")
 		}
 	}
 	return mag, neg, nil
 }
+
+// maxUint64Digits is math.MaxUint64 in decimal: a number of as many digits
+// fits in a uint64 when it compares lower or equal as a string.
+const maxUint64Digits = "18446744073709551615"
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }

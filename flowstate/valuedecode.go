@@ -30,6 +30,10 @@ import (
 //     fraction, no exponent, no -0 (serde_json reads -0 as a float), no
 //     quotes.
 //
+// DecodeValue (encoding/json) is laxer: it takes the last of a field named
+// twice, -0 for a time, an escaped flow id and invalid UTF-8 in a field name;
+// it refuses the sequence form and skipped values nested past 10,000.
+//
 // dst's spare capacity holds the flows: one per flow when the maps list
 // their ids in ascending order (as AppendJSON writes them), up to one per
 // map entry otherwise. It allocates nothing when that capacity is there
@@ -44,7 +48,7 @@ func AppendValueFlows(dst []Flow, data []byte) ([]Flow, error) {
 	return out, nil
 }
 
-// The fields of FlowStateValue, in declared order; fieldIndex(f) is the
+// The fields of FlowStateValue, in declared order: Fields(1)<<f is the
 // Fields bit of field f.
 const (
 	fieldStateSize = iota

@@ -44,14 +44,17 @@ rules-test: promtool
 test: vet js-deps rules-test
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-# Go benchmarks of the hot paths, then the end-to-end load test against a
-# real nats-server and worker (LOADTEST_ARGS, e.g. --runs 5; see
-# docs/performance.md); the load test prints both in one summary.
+# Go benchmarks of the hot paths and of the latency recorder, then the
+# end-to-end load test against a real nats-server and worker (LOADTEST_ARGS,
+# e.g. --runs 5; see docs/performance.md); the load test prints both in one
+# summary. The scenarios of the JetStream backend and of delta updates run
+# only when named: LOADTEST_ARGS='--scenarios all,acked,js-r1,js-r3,delta'
+# (go run ./e2e/loadtest --help lists them).
 LOADTEST_ARGS ?=
 
 bench:
 	mkdir -p $(BIN)
-	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./consumer/ | tee $(BIN)/gobench.txt
+	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./consumer/ ./internal/latency/ | tee $(BIN)/gobench.txt
 	$(GO) run ./e2e/loadtest --go-bench $(BIN)/gobench.txt $(LOADTEST_ARGS)
 
 fuzz:

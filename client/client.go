@@ -27,12 +27,35 @@ type Options struct {
 	// Timeout bounds each request (a get, an acknowledged report), within
 	// the deadline of the context passed, if any; 0 means DefaultTimeout.
 	Timeout time.Duration
+	// WatchMode says how Watch follows the state: WatchAuto (the zero
+	// value) follows deltas when the worker speaks v2, WatchV1 and WatchV2
+	// force one way.
+	WatchMode WatchMode
 }
+
+// WatchMode says how Watch follows the state.
+type WatchMode int
+
+// The modes of Watch.
+const (
+	// WatchAuto takes a chunked snapshot and follows <prefix>.state.delta
+	// when the worker answers in chunks (it speaks v2), <prefix>.state
+	// otherwise. A v2 worker run with --state-updates full publishes no
+	// deltas: watch it with WatchV1.
+	WatchAuto WatchMode = iota
+	// WatchV1 follows the full updates on <prefix>.state.
+	WatchV1
+	// WatchV2 follows the delta updates on <prefix>.state.delta.
+	WatchV2
+)
 
 // Validate reports the first invalid option.
 func (o Options) Validate() error {
 	if err := protocol.ValidatePrefix(o.Prefix); err != nil {
 		return fmt.Errorf("client: %w", err)
+	}
+	if o.WatchMode < WatchAuto || o.WatchMode > WatchV2 {
+		return fmt.Errorf("client: watch mode %d is not WatchAuto, WatchV1 or WatchV2", o.WatchMode)
 	}
 	if o.Timeout < 0 {
 		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
@@ -43,11 +66,13 @@ func (o Options) Validate() error {
 // Client sends reports to and reads the state of the worker serving one
 // subject prefix. It is safe for concurrent use.
 type Client struct {
-	nc      *nats.Conn
-	timeout time.Duration
+	nc        *nats.Conn
+	timeout   time.Duration
+	watchMode WatchMode
 
 	hbPrefix     string // <prefix>.heartbeat.
 	stateSubject string // <prefix>.state
+	deltaSubject string // <prefix>.state.delta
 	getSubject   string // <prefix>.state.get
 }
 
@@ -69,6 +94,8 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	return &Client{
 		nc:           nc,
 		timeout:      opts.Timeout,
+		watchMode:    opts.WatchMode,
+		deltaSubject: opts.Prefix + ".state.delta",
 		hbPrefix:     opts.Prefix + ".heartbeat.",
 		stateSubject: opts.Prefix + ".state",
 		getSubject:   opts.Prefix + ".state.get",

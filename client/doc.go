@@ -6,15 +6,19 @@
 //     has applied it, with the state's version (its epoch and revision). A
 //     report the worker rejects returns a *ServiceError with code 400 and the
 //     worker's reason.
-//   - A frontend reads the aggregate: Client.Get takes a snapshot (decoded
-//     into a flowstate.FlowStateValue, with its version), Client.GetJSON the
-//     exact serde_json bytes GreptimeDB would store, and Client.Watch follows
-//     the live state: it subscribes to <prefix>.state first, then takes a
-//     snapshot, and yields states in revision order, never twice and never
-//     backwards, starting over from a new snapshot when the epoch changes.
+//   - A frontend reads the aggregate: Client.Get takes a snapshot of any
+//     size (a chunked get of protocol v2, joined and decoded into a
+//     flowstate.FlowStateValue, with its version), Client.GetJSON the exact
+//     serde_json bytes GreptimeDB would store, and Client.Watch follows the
+//     live state: it subscribes to the updates first (the deltas on
+//     <prefix>.state.delta of a v2 worker, the full updates on <prefix>.state
+//     of an older one), then takes a snapshot, and yields states in revision
+//     order, never twice and never backwards, each with the flows that
+//     changed, taking a new snapshot when it missed a delta or the epoch
+//     changed.
 //
-// Client.Load drives a worker with simulated flownodes and checks the final
-// aggregate; `worker bench` is built on it.
+// The load generator of `worker bench` and the load test is not part of the
+// client API: it is internal/loadgen, built on this package.
 //
 // The connection is the caller's: the package never dials, and never closes
 // or drains the *nats.Conn it is given. A Client is safe for concurrent use.

@@ -135,7 +135,11 @@ func ExampleClient_Watch() {
 			continue
 		}
 		n := len(s.Value.StateSize)
-		fmt.Printf("revision %d: %d flows (new epoch: %v)\n", s.Revision, n, s.EpochChanged)
+		var changed []flowstate.FlowID
+		for _, f := range s.Changed {
+			changed = append(changed, f.ID)
+		}
+		fmt.Printf("revision %d: %d flows, changed %v (new epoch: %v)\n", s.Revision, n, changed, s.EpochChanged)
 		if n == 3 {
 			break
 		}
@@ -149,31 +153,8 @@ func ExampleClient_Watch() {
 		}
 	}
 	// Output:
-	// revision 0: 0 flows (new epoch: false)
-	// revision 1: 1 flows (new epoch: false)
-	// revision 3: 2 flows (new epoch: false)
-	// revision 5: 3 flows (new epoch: false)
-}
-
-// A benchmark harness drives the worker with simulated flownodes and checks
-// the final aggregate.
-func ExampleClient_Load() {
-	nc, stop := demo(consumer.Config{})
-	defer stop()
-	c, err := client.New(nc, client.Options{})
-	if err != nil {
-		panic(err)
-	}
-	res, err := c.Load(context.Background(), client.LoadConfig{
-		Nodes:    4,
-		Flows:    5,
-		Rate:     0, // as fast as possible
-		Duration: 200 * time.Millisecond,
-	})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println("exact:", res.Exact(), "flows:", len(res.Final.Value.StateSize), "failed:", res.Failed)
-	// Output:
-	// exact: true flows: 20 failed: 0
+	// revision 0: 0 flows, changed [] (new epoch: false)
+	// revision 1: 1 flows, changed [1] (new epoch: false)
+	// revision 3: 2 flows, changed [2] (new epoch: false)
+	// revision 5: 3 flows, changed [3] (new epoch: false)
 }

@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"fmt"
+	"maps"
 	"mime"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -24,13 +26,42 @@ type State struct {
 	// store was cleared), so revisions start over too and flows the caller
 	// knew may be gone. It is false on the first state Watch yields.
 	EpochChanged bool
+	// Changed is set by Watch: the flows whose entry differs from the state
+	// it yielded before (every flow of the first one), sorted by ID, each
+	// with its entry now; a flow with Has == 0 left the aggregate. A delta
+	// update may list a flow whose entry it set to the same value.
+	Changed []flowstate.Flow
 }
 
-// Get returns the worker's current aggregate. A worker that cannot serve it
-// returns a *ServiceError (413: the aggregate is larger than the
-// connection's max payload; 503: not ready); without a worker the error
-// wraps ErrNoWorker.
+// Clone returns a copy of s that shares no memory with it. Watch reuses a
+// state's Value and Changed once the loop body returns; keep a Clone of
+// what you need after that.
+func (s State) Clone() State {
+	s.Value = flowstate.FlowStateValue{
+		StateSize:       maps.Clone(s.Value.StateSize),
+		LastExecTimeMap: maps.Clone(s.Value.LastExecTimeMap),
+		StartTimeMap:    maps.Clone(s.Value.StartTimeMap),
+	}
+	s.Changed = slices.Clone(s.Changed)
+	return s
+}
+
+// Get returns the worker's current aggregate, of any size: it asks for a
+// chunked snapshot (PROTOCOL.md v2) and joins the chunks, all of one
+// version, in order, within the client's timeout. A worker that predates v2
+// answers with one message, which is taken as is. A worker that cannot
+// serve the state returns a *ServiceError (503: not ready; 413 only from a
+// v1 worker whose aggregate exceeds the max payload); without a worker the
+// error wraps ErrNoWorker.
 func (c *Client) Get(ctx context.Context) (State, error) {
+	s, _, err := c.getChunked(ctx)
+	return s, err
+}
+
+// GetSingle returns the aggregate in the single-message form of a v1 get:
+// a worker answers 413 when it exceeds the connection's max payload. Get
+// reads any size; GetSingle is for comparing the two forms.
+func (c *Client) GetSingle(ctx context.Context) (State, error) {
 	reply, err := c.request(ctx, &nats.Msg{Subject: c.getSubject})
 	if err != nil {
 		return State{}, err

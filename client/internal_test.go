@@ -3,7 +3,6 @@ package client
 import (
 	"strconv"
 	"testing"
-	"time"
 
 	"flowstate/protocol"
 
@@ -49,29 +48,5 @@ func TestMailboxKeepsTheNewestUpdateAndFlagsMixedEpochs(t *testing.T) {
 			_, ok = b.take()
 			assert.False(t, ok, "a take empties the mailbox")
 		})
-	}
-}
-
-func TestHistogramQuantilesAreWithinTheBucketWidth(t *testing.T) {
-	var h histogram
-	assert.Zero(t, h.quantile(0.5))
-	for i := 1; i <= 1000; i++ {
-		h.record(time.Duration(i) * 100 * time.Microsecond) // 0.1ms .. 100ms
-	}
-	for q, want := range map[float64]time.Duration{0.5: 50 * time.Millisecond, 0.99: 99 * time.Millisecond, 1: 100 * time.Millisecond} {
-		got := h.quantile(q)
-		assert.InEpsilon(t, float64(want), float64(got), 0.003, "q%v: %v", q, got)
-	}
-	assert.Equal(t, 100*time.Millisecond, time.Duration(h.max.Load()))
-}
-
-func TestHistogramBucketsCoverEveryDuration(t *testing.T) {
-	for _, us := range []uint64{0, 1, 1023, 1024, 1025, 1 << 20, 1<<40 + 12345, 1<<63 - 1, 1<<64 - 1} {
-		i := bucketOf(us)
-		require.Less(t, i, histBuckets, "us %d", us)
-		if us < 1<<62 {
-			mid := uint64(bucketMid(i) / time.Microsecond)
-			assert.InEpsilon(t, float64(us)+1, float64(mid)+1, 0.002, "us %d: bucket %d mid %d", us, i, mid)
-		}
 	}
 }

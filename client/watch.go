@@ -19,8 +19,15 @@ const (
 )
 
 // Watch returns an iterator over the live aggregate. When the loop starts it
-// subscribes to <prefix>.state, then takes a snapshot with a get, yields it,
-// and then yields the updates that are newer than what it yielded last:
+// subscribes to the updates, then takes a snapshot with a get, yields it,
+// and then yields the updates that are newer than what it yielded last.
+// Against a v2 worker (Options.WatchMode) it follows <prefix>.state.delta:
+// it applies each delta whose epoch is the current one and whose base is
+// at or below the revision it yielded last (a delta lists every flow that
+// changed since its base, so it also brings a snapshot taken after its base
+// to its revision), and takes a new chunked snapshot otherwise (a delta was
+// missed, a new epoch or publisher, a resync delta, a reconnect). Against a v1 worker it follows the full updates on
+// <prefix>.state. Either way:
 //
 //   - Within an epoch, revisions strictly increase: an update whose epoch is
 //     the current one and whose revision is not greater is skipped, so no
@@ -31,9 +38,15 @@ const (
 //     Watch also takes a new snapshot when the connection reconnects or the
 //     client library dropped updates, since the newest may have been lost.
 //   - Buffering is bounded: while the loop body runs, Watch keeps only the
-//     newest update (and the client library's pending limits bound the
-//     rest), so a slow loop skips intermediate states but never sees them out
-//     of order, and once updates stop the last state yielded is the latest.
+//     newest full update, or a bounded queue of deltas (past it, the client
+//     library drops them and Watch takes a snapshot), so a slow loop skips
+//     intermediate states but never sees them out of order, and once
+//     updates stop the last state yielded is the latest.
+//
+// Each state carries the flows that changed since the state yielded before
+// (State.Changed). Following deltas, Watch updates one Value in place: a
+// state's Value and Changed are valid until the loop body returns (keep a
+// State.Clone to hold on to one).
 //
 // The iterator ends when ctx ends or the loop breaks, and then
 // unsubscribes. It yields an error (with a zero State) when a snapshot
@@ -45,19 +58,30 @@ const (
 // ranged over again.
 func (c *Client) Watch(ctx context.Context) iter.Seq2[State, error] {
 	return func(yield func(State, error) bool) {
-		box := &mailbox{ready: make(chan struct{}, 1)}
-		sub, err := c.nc.Subscribe(c.stateSubject, box.put)
-		if err != nil {
-			yield(State{}, fmt.Errorf("client: watch %s: %w", c.stateSubject, err))
+		if c.watchMode == WatchV1 {
+			c.watchFull(ctx, yield)
 			return
 		}
-		defer func() { _ = sub.Unsubscribe() }()
-		reconnected := c.nc.StatusChanged(nats.CONNECTED)
-		defer c.nc.RemoveStatusListener(reconnected)
-		w := &watch{c: c, ctx: ctx, yield: yield, sub: sub,
-			closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
-		w.run(box)
+		if fallback := c.watchDeltas(ctx, yield); fallback {
+			c.watchFull(ctx, yield)
+		}
 	}
+}
+
+// watchFull follows <prefix>.state (v1).
+func (c *Client) watchFull(ctx context.Context, yield func(State, error) bool) {
+	box := &mailbox{ready: make(chan struct{}, 1)}
+	sub, err := c.nc.Subscribe(c.stateSubject, box.put)
+	if err != nil {
+		yield(State{}, fmt.Errorf("client: watch %s: %w", c.stateSubject, err))
+		return
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	reconnected := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(reconnected)
+	w := &watch{c: c, ctx: ctx, yield: yield, sub: sub,
+		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
+	w.run(box)
 }
 
 // watch is one run of a Watch loop.
@@ -155,8 +179,9 @@ func (w *watch) resync(u update) bool {
 	return true
 }
 
-// emit makes s current and yields it.
+// emit makes s current and yields it with the flows that changed.
 func (w *watch) emit(s State) bool {
+	s.Changed = changedFlows(w.cur.Value, s.Value)
 	w.cur = s
 	return w.yield(s, nil)
 }
@@ -164,27 +189,35 @@ func (w *watch) emit(s State) bool {
 // snapshot gets the current state, yielding the errors and retrying with a
 // growing pause until it succeeds; ok is false when the loop or ctx ended.
 func (w *watch) snapshot() (s State, ok bool) {
+	s, _, ok = retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.stateSubject)
+	return s, ok
+}
+
+// retrySnapshot takes a chunked snapshot, yielding the errors and retrying
+// with a growing pause until it succeeds; chunked says the worker answered
+// in chunks; ok is false when the loop or ctx ended, or closed fired.
+func retrySnapshot(ctx context.Context, c *Client, closed <-chan nats.SubStatus, yield func(State, error) bool, subject string) (s State, chunked, ok bool) {
 	wait := minRetryWait
 	for {
-		s, err := w.c.Get(w.ctx)
-		if w.ctx.Err() != nil {
-			return State{}, false
+		s, chunked, err := c.getChunked(ctx)
+		if ctx.Err() != nil {
+			return State{}, false, false
 		}
 		if err == nil {
-			return s, true
+			return s, chunked, true
 		}
-		if !w.yield(State{}, err) {
-			return State{}, false
+		if !yield(State{}, err) {
+			return State{}, false, false
 		}
 		t := time.NewTimer(wait)
 		select {
-		case <-w.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
-			return State{}, false
-		case <-w.closed:
+			return State{}, false, false
+		case <-closed:
 			t.Stop()
-			w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.stateSubject, nats.ErrConnectionClosed))
-			return State{}, false
+			yield(State{}, fmt.Errorf("client: watch %s: %w", subject, nats.ErrConnectionClosed))
+			return State{}, false, false
 		case <-t.C:
 		}
 		wait = min(2*wait, maxRetryWait)

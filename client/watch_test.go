@@ -42,7 +42,7 @@ func startWatch(tb testing.TB, c *client.Client, gate func(n int)) *watcher {
 				continue
 			}
 			n++
-			w.states <- s
+			w.states <- s.Clone() // Watch reuses s once the body returns
 			if gate != nil {
 				gate(n)
 			}
@@ -105,11 +105,19 @@ func assertInOrder(tb testing.TB, states []client.State) {
 }
 
 func TestWatchUnderConcurrentReportsYieldsIncreasingRevisionsEndingOnTheLatest(t *testing.T) {
-	for name, interval := range map[string]time.Duration{"every report": 0, "coalesced": 5 * time.Millisecond} {
+	for name, tc := range map[string]struct {
+		interval time.Duration
+		mode     client.WatchMode
+	}{
+		"every report":    {0, client.WatchAuto},
+		"coalesced":       {5 * time.Millisecond, client.WatchAuto},
+		"every report v1": {0, client.WatchV1},
+		"coalesced v1":    {5 * time.Millisecond, client.WatchV1},
+	} {
 		t.Run(name, func(t *testing.T) {
 			srv := startServer(t)
-			startWorker(t, srv, consumer.Config{PublishInterval: interval})
-			c := newClient(t, srv, client.Options{})
+			startWorker(t, srv, consumer.Config{PublishInterval: tc.interval})
+			c := newClient(t, srv, client.Options{WatchMode: tc.mode})
 			w := startWatch(t, c, nil)
 			first := w.next(t)
 			assert.False(t, first.EpochChanged)

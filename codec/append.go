@@ -60,16 +60,7 @@ func appendName(dst []byte, s string) []byte {
 func appendFlowMaps(dst []byte, flows []flowstate.Flow) []byte {
 	var n [3]int
 	for i := range flows {
-		has := flows[i].Has
-		if has&flowstate.HasStateSize != 0 {
-			n[0]++
-		}
-		if has&flowstate.HasLastExecTime != 0 {
-			n[1]++
-		}
-		if has&flowstate.HasStartTime != 0 {
-			n[2]++
-		}
+		n = countFields(n, flows[i].Has)
 	}
 	dst = appendName(dst, "state_size")
 	dst = appendMapLen(dst, n[0])

@@ -28,6 +28,13 @@ const (
 	DefaultEndpointPendingBytes = 4 << 20
 )
 
+// The values of Config.StateUpdates (--state-updates).
+const (
+	StateUpdatesBoth  = "both"  // <prefix>.state and <prefix>.state.delta
+	StateUpdatesFull  = "full"  // <prefix>.state only
+	StateUpdatesDelta = "delta" // <prefix>.state.delta only
+)
+
 // Config configures a Worker. Empty strings and zero limits take the
 // defaults above; PublishInterval 0 means publish after every report that
 // changed the aggregate (use DefaultPublishInterval for the default).
@@ -50,6 +57,10 @@ type Config struct {
 	// NodeTTL, if positive, evicts a node silent for longer than that, as if
 	// it had sent an empty report. 0: nodes stay until they report again.
 	NodeTTL time.Duration
+	// StateUpdates chooses what is published at each update: StateUpdatesBoth
+	// ("" too), StateUpdatesFull (only <prefix>.state) or StateUpdatesDelta
+	// (only <prefix>.state.delta).
+	StateUpdates string
 	// OnApplied, if set, is called with the time each applied report took
 	// (decode, checks, merge), for metrics.
 	OnApplied func(time.Duration)
@@ -78,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.EndpointPendingBytes == 0 {
 		c.EndpointPendingBytes = DefaultEndpointPendingBytes
+	}
+	if c.StateUpdates == "" {
+		c.StateUpdates = StateUpdatesBoth
 	}
 	if c.Version == "" {
 		c.Version = "0.0.0"
@@ -110,6 +124,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxFlows < 0 {
 		return fmt.Errorf("max flows %d is negative", c.MaxFlows)
+	}
+	switch c.StateUpdates {
+	case "", StateUpdatesBoth, StateUpdatesFull, StateUpdatesDelta:
+	default:
+		return fmt.Errorf("state updates %q: want %s, %s or %s", c.StateUpdates, StateUpdatesBoth, StateUpdatesFull, StateUpdatesDelta)
 	}
 	if c.PendingMsgs < 0 || c.PendingBytes < 0 || c.EndpointPendingMsgs < 0 || c.EndpointPendingBytes < 0 {
 		return errors.New("pending limits must not be negative")

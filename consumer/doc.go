@@ -14,8 +14,10 @@
 //     report sent as a request is acknowledged only once State.MergeFlows
 //     has returned, so a get that follows the ack sees it.
 //   - Publishing. After a change, the Worker writes the aggregate key
-//     (State.Flush) and publishes the aggregate on <prefix>.state, coalesced
-//     to one update per PublishInterval: the first change after a quiet
+//     (State.Flush) and publishes the aggregate on <prefix>.state and what
+//     changed on <prefix>.state.delta (protocol v2; Config.StateUpdates
+//     chooses either or both; a resync delta when one would not fit),
+//     coalesced to one update per PublishInterval: the first change after a quiet
 //     interval goes out at once, later ones together at the end of the
 //     interval, and the last state always. Its own reports signal changes;
 //     a replica signals the changes of other workers' reports with Changed,
@@ -27,7 +29,10 @@
 //     with a bounded queue (Config.EndpointPendingMsgs): a flood is dropped
 //     and counted (Stats.EndpointOverflows), and a request after it waits
 //     for at most that queue. A node view that cannot fit the max payload is
-//     refused from the node count, before anything is copied or encoded.
+//     refused from the node count, before anything is copied or encoded. A
+//     get with Flow-State-Chunks: 1 is answered with the aggregate split
+//     into chunks of ascending flow ids, each within the max payload
+//     (chunks.go), so that a state of any size can be read.
 //   - One error path. Handlers return errors; one function (fail, in
 //     errors.go) turns an error into a code (400 bad input, 413 too large,
 //     503 unavailable or shutting down, 507 a capacity limit

@@ -16,13 +16,30 @@ import (
 )
 
 // handleGet answers a get with the aggregate, msgpack unless the request
-// accepts application/json.
+// accepts application/json; in chunks (chunks.go) when it asks for them.
+// Every failure goes through the one error path (failRequest).
 func (w *Worker) handleGet(req micro.Request) {
+	if err := w.serveGet(req); err != nil {
+		w.failRequest(endpointGet, req, err)
+		return
+	}
+	w.stats.gets.Add(1)
+}
+
+func (w *Worker) serveGet(req micro.Request) error {
 	asJSON := wantsJSON(req.Headers().Get(protocol.HeaderAccept))
+	chunked := req.Headers().Get(protocol.HeaderChunks) == "1"
+	if asJSON && chunked {
+		return &badReport{kind: "bad_request", field: protocol.HeaderAccept,
+			reason: "Accept: application/json cannot be chunked (Flow-State-Chunks: 1)"}
+	}
 	ctx := w.ctx
 	if err := w.mgr.Sync(ctx); err != nil {
 		// A shared store's read barrier failed: serve what this worker has.
-		w.logThrottled(slog.LevelWarn, "get served without a read barrier", slog.String("subject", req.Subject()), slog.Any("err", err))
+		w.logThrottled(slog.LevelWarn, "get served without a read barrier", slog.String("subject", cutToken(req.Subject())), slog.Any("err", err))
+	}
+	if chunked {
+		return w.serveChunkedGet(ctx, req)
 	}
 	var size int
 	err := w.withEncoded(ctx, asJSON, func(body []byte, v flowstate.Version) error {
@@ -32,35 +49,15 @@ func (w *Worker) handleGet(req micro.Request) {
 		} else {
 			h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
 		}
-		size = len(body)
-		if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
-			return nats.ErrMaxPayload
+		size = len(body) + headerSize(h)
+		if int64(size) > w.nc.MaxPayload() {
+			return &tooLargeError{size: len(body), max: w.nc.MaxPayload()}
 		}
 		// Respond copies body into the connection's buffer, so the cache
 		// may reuse it once this returns.
 		return req.Respond(body, micro.WithHeaders(micro.Headers(h)))
 	})
-	switch {
-	case err == nil:
-		w.stats.gets.Add(1)
-	case errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, errTooLarge):
-		w.stats.getErrors.Add(1)
-		var tl *tooLargeError
-		if errors.As(err, &tl) {
-			size = tl.size
-		}
-		reason := fmt.Sprintf("aggregate of %d bytes exceeds the connection's max payload of %d bytes", size, w.nc.MaxPayload())
-		w.logThrottled(errorLevel, "get answered 413", "subject", req.Subject(), "err", reason)
-		_ = req.Error("413", reason, nil)
-	case errors.Is(err, micro.ErrRespond):
-		w.stats.getErrors.Add(1)
-		w.logThrottled(errorLevel, "get reply failed", "subject", req.Subject(), "err", err)
-	default:
-		w.stats.getErrors.Add(1)
-		vd := judge(err)
-		w.logThrottled(errorLevel, "get failed", "subject", req.Subject(), "err", err)
-		_ = req.Error(fmt.Sprint(vd.code), "state unavailable: "+vd.reason, nil)
-	}
+	return err
 }
 
 // wantsJSON reports whether an Accept header asks for JSON.
@@ -77,10 +74,13 @@ func wantsJSON(accept string) bool {
 var errTooLarge = errors.New("consumer: aggregate exceeds the max payload")
 
 // tooLargeError says how large the aggregate that was not encoded is.
-type tooLargeError struct{ size int }
+type tooLargeError struct {
+	size int   // of the body
+	max  int64 // the connection's max payload
+}
 
 func (e *tooLargeError) Error() string {
-	return fmt.Sprintf("%v: %d bytes", errTooLarge, e.size)
+	return fmt.Sprintf("aggregate of %d bytes exceeds the connection's max payload of %d bytes", e.size, e.max)
 }
 
 func (e *tooLargeError) Unwrap() error { return errTooLarge }
@@ -98,13 +98,8 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 	w.cacheMu.Lock()
 	defer w.cacheMu.Unlock()
 	c := &w.cache
-	if !c.valid || c.version != v {
-		s, err := w.mgr.Snapshot(ctx, c.flows)
-		if err != nil {
-			return err
-		}
-		c.valid, c.version, c.flows = true, s.Version, s.Flows
-		c.hasMsgpack, c.hasJSON = false, false
+	if err := w.refreshLocked(ctx, v); err != nil {
+		return err
 	}
 	if asJSON {
 		if !c.hasJSON {
@@ -115,13 +110,36 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 	}
 	if !c.hasMsgpack {
 		if n := codec.AggregateLen(c.flows); int64(n) > w.nc.MaxPayload() {
-			return &tooLargeError{size: n}
+			return &tooLargeError{size: n, max: w.nc.MaxPayload()}
 		}
 		c.msgpack = codec.AppendAggregate(c.msgpack[:0], c.flows)
 		c.hasMsgpack = true
 		w.stats.aggregateBytes.Store(int64(len(c.msgpack)))
 	}
 	return fn(c.msgpack, c.version)
+}
+
+// refreshLocked makes the cache hold the aggregate of version v or newer,
+// copying it from the state if it holds an older one. The caller holds
+// cacheMu.
+func (w *Worker) refreshLocked(ctx context.Context, v flowstate.Version) error {
+	c := &w.cache
+	if c.valid && c.version == v {
+		return nil
+	}
+	var s flowstate.Snapshot
+	var err error
+	if ss, ok := any(w.mgr).(servedSnapshotter); ok {
+		s, err = ss.SnapshotServed(ctx, c.flows)
+	} else {
+		s, err = w.mgr.Snapshot(ctx, c.flows)
+	}
+	if err != nil {
+		return err
+	}
+	c.valid, c.version, c.flows = true, s.Version, s.Flows
+	c.hasMsgpack, c.hasJSON, c.chunks = false, false, nil
+	return nil
 }
 
 // headerSize is the size of h on the wire, which counts against the

@@ -92,15 +92,25 @@ func (c *coalescer) close() {
 }
 
 // publishState writes the aggregate key and publishes the aggregate on
-// <prefix>.state, unless that version was already published.
+// <prefix>.state and what changed on <prefix>.state.delta (as
+// Config.StateUpdates says), unless that version was already published.
 func (w *Worker) publishState() {
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
 	ctx := w.pubCtx
 	if err := w.mgr.Flush(ctx); errors.Is(err, flowstate.ErrNotPublisher) {
-		return // another worker of a shared store publishes
+		// Another worker of a shared store publishes; when this one
+		// publishes again, its first delta makes clients resync.
+		w.v2.notPublisher = true
+		return
 	} else if err != nil {
 		w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
+	}
+	if w.cfg.StateUpdates != StateUpdatesFull {
+		w.publishDeltaLocked(ctx)
+	}
+	if w.cfg.StateUpdates == StateUpdatesDelta {
+		return
 	}
 	err := w.withEncoded(ctx, false, func(body []byte, v flowstate.Version) error {
 		if v == w.lastPublished {
@@ -135,4 +145,9 @@ type encoding struct {
 	hasMsgpack bool // msgpack holds this version
 	json       []byte
 	hasJSON    bool // json holds this version
+	// chunks are the msgpack chunks of this version for a chunked get, nil
+	// until asked for; never reused, so that they can be sent after the
+	// cache's lock is released.
+	chunks      [][]byte
+	chunkBudget int64 // the body budget chunks were split for
 }

@@ -54,6 +54,7 @@ type Worker struct {
 
 	pubMu         sync.Mutex // serialises publishState; guards lastPublished
 	lastPublished flowstate.Version
+	v2            v2State // delta publishing (delta.go); guarded by pubMu
 
 	cacheMu sync.Mutex // guards cache
 	cache   encoding

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	flowclient "flowstate/client"
+	"flowstate/internal/loadgen"
 )
 
 // TestJetStreamGetAfterAckSeesTheReport acks reports on three workers and
@@ -86,13 +86,14 @@ func TestJetStreamMeasure(t *testing.T) {
 				w.awaitReady(ids...)
 				ids = append(ids, w.ID)
 			}
-			cl, err := flowclient.New(connect(t, url), flowclient.Options{})
+			g, err := loadgen.New(connect(t, url), loadgen.Config{Nodes: 1000, Flows: 10, Duration: duration, InFlight: 256})
 			require.NoError(t, err)
-			res, err := cl.Load(context.Background(), flowclient.LoadConfig{Nodes: 1000, Flows: 10, Duration: duration, Concurrency: 256})
+			res := g.Run(context.Background())
+			chk, err := g.Check(context.Background())
 			require.NoError(t, err)
-			assert.True(t, res.Exact(), "final state: %v", res.Diff)
+			assert.True(t, chk.Exact(), "final state: %v", chk.Diff)
 			t.Logf("%s: %d acked in %v: %.0f reports/s; ack latency p50 %v p99 %v max %v; %d failed",
-				tc.name, res.Acked, res.Elapsed.Round(time.Millisecond), res.AppliedRate(), res.P50, res.P99, res.Max, res.Failed)
+				tc.name, res.Acked, res.Elapsed.Round(time.Millisecond), res.Rate(), res.Latency.P50, res.Latency.P99, res.Latency.Max, res.Failed)
 		})
 	}
 

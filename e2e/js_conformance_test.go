@@ -60,14 +60,21 @@ func TestJavaScriptClientConforms(t *testing.T) {
 	out := stdout.close()
 	cmd.Stderr.(*lineLogger).close()
 
-	require.NoError(t, ctx.Err(), "conformance.mjs did not finish within %v", jsRunTimeout)
-	require.NoError(t, err, "conformance.mjs failed: see its FAIL lines above")
+	require.Positive(t, requireJSPassed(t, ctx, "conformance.mjs", out, err), "conformance.mjs ran no check")
+}
+
+// requireJSPassed requires that script ended within ctx, without error, on
+// a "N passed, 0 failed" line, and returns N.
+func requireJSPassed(t *testing.T, ctx context.Context, script, out string, err error) int {
+	t.Helper()
+	require.NoError(t, ctx.Err(), "%s did not finish within %v", script, jsRunTimeout)
+	require.NoError(t, err, "%s failed: see its FAIL lines above", script)
 	m := jsSummary.FindAllStringSubmatch(out, -1)
-	require.NotEmpty(t, m, `conformance.mjs printed no "N passed, N failed" line`)
+	require.NotEmpty(t, m, `%s printed no "N passed, N failed" line`, script)
 	last := m[len(m)-1]
 	passed, _ := strconv.Atoi(last[1])
 	require.Equal(t, "0", last[2], "failed checks")
-	require.Positive(t, passed, "conformance.mjs ran no check")
+	return passed
 }
 
 // requireJSClient returns the path of node, after installing the client's

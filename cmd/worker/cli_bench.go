@@ -11,89 +11,122 @@ import (
 	"syscall"
 	"time"
 
-	"flowstate/client"
+	"flowstate/internal/loadgen"
 )
 
-// runBench is `worker bench`: simulated flownodes against a worker.
+// runBench is `worker bench`: simulated flownodes against a worker, driven
+// by internal/loadgen.
 func runBench(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := newCLICommand("bench", "[--nodes N] [--flows F] [--rate R] [--duration D]", `
+	c := newCLICommand("bench", "[--nodes N] [--flows F] [--rate R] [--duration D] [--publish]", `
 worker bench simulates --nodes flownodes with --flows flows each (node i, from
 0, owns the flow ids i*F+1 to i*F+F) sending their heartbeat reports as
 requests to a running worker, --rate reports per second in total, for
---duration. Each node has one report in flight at most. While it runs, a
-progress line on stderr shows the reports sent and acknowledged and the
-rate of the last second. Then it prints the applied rate (acknowledged
-reports per second) and the acknowledgement latency (p50, p99, max), gets the
-aggregate, and checks that it is exactly each node's last acknowledged
-report; if not, it says what differs and exits 1. Run it against a worker
-with no other flownodes, as flows it did not send count as differences.
-SIGINT stops the load early; the check still runs.`, `
+--duration, with at most --concurrency requests in flight and one per node.
+With --publish the reports are published without acknowledgements, as fast
+as the connection takes them (or at --rate), and one last request settles
+them. While it runs, a progress line on stderr shows the reports sent and
+acknowledged and the rate of the last second. Then it prints the rate
+(acknowledged reports per second; with --publish, published) and the
+acknowledgement latency (p50, p99, max), gets the aggregate, and checks that
+it is exactly each node's last acknowledged report; if not, it says what
+differs and exits 1. Run it against a worker with no other flownodes, as
+flows it did not send count as differences; with --publish, reports the
+worker dropped as a slow consumer do too. SIGINT stops the load early; the
+check still runs.`, `
 worker bench --nodes 100 --flows 10 --rate 5000 --duration 30s
 worker bench --nats-url nats://10.0.0.5:4222 --nodes 1000 --flows 10 --rate 0`)
-	cfg := client.LoadConfig{}
+	cfg := loadgen.Config{}
+	var publish bool
 	c.fs.IntVar(&cfg.Nodes, "nodes", 100, "`N` simulated flownodes")
 	c.fs.IntVar(&cfg.Flows, "flows", 10, "`F` flows per node")
 	c.fs.Float64Var(&cfg.Rate, "rate", 0, "`R` reports per second, all nodes together (0: as fast as possible)")
 	c.fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send reports, a Go `duration`")
-	c.fs.IntVar(&cfg.Concurrency, "concurrency", client.DefaultLoadConcurrency, "at most `C` reports in flight (and one per node)")
+	c.fs.IntVar(&cfg.InFlight, "concurrency", loadgen.DefaultInFlight, "at most `C` reports in flight (and one per node)")
+	c.fs.BoolVar(&publish, "publish", false, "publish the reports without acknowledgements")
 	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
 		return code
+	}
+	cfg.Prefix, cfg.Timeout = c.prefix, c.timeout
+	if publish {
+		cfg.Mode = loadgen.Publish
 	}
 	if err := checkBench(cfg); err != nil {
 		return c.fail(stderr, err)
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	nc, cl, code := c.connect(stderr)
 	if nc == nil {
 		return code
 	}
 	defer nc.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
-	cfg.Progress = func(p client.LoadProgress) {
+	cfg.Progress = func(p loadgen.Progress) {
 		fmt.Fprintf(stderr, "\r%-70s", fmt.Sprintf("%5.0fs  sent %d  acked %d  failed %d  rate %.0f/s",
 			p.Elapsed.Seconds(), p.Sent, p.Acked, p.Failed, p.Rate))
 	}
-	res, err := cl.Load(ctx, cfg)
-	fmt.Fprintln(stderr)
+	g, err := loadgen.New(nc, cfg)
 	if err != nil {
 		return c.errorf(stderr, "%v", err)
 	}
-	printBench(stdout, cfg, res)
+	if _, err := cl.Get(ctx); err != nil {
+		return c.errorf(stderr, "before the load: %v", err)
+	}
+	res := g.Run(ctx)
+	fmt.Fprintln(stderr)
+	bg := context.WithoutCancel(ctx)
+	if publish {
+		if err := g.Sync(bg); err != nil { // bounded by --timeout and the attempts of Sync
+			return c.errorf(stderr, "after the load: %v", err)
+		}
+	}
+	chk, err := g.Check(bg)
+	if err != nil {
+		return c.errorf(stderr, "after the load: %v", err)
+	}
+	printBench(stdout, cfg, res, chk)
 	switch {
-	case res.Acked == 0:
+	case res.Acked == 0 && !publish:
 		return c.errorf(stderr, "no report was acknowledged")
-	case !res.Exact():
+	case !chk.Exact():
 		return 1
 	}
 	return 0
 }
 
 // printBench writes the result of a load.
-func printBench(w io.Writer, cfg client.LoadConfig, res client.LoadResult) {
+func printBench(w io.Writer, cfg loadgen.Config, res loadgen.Result, chk loadgen.Check) {
 	us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
-	fmt.Fprintf(w, "nodes %d, flows per node %d, target rate %s, %v\n", cfg.Nodes, cfg.Flows, rateText(cfg.Rate), cfg.Duration)
+	fmt.Fprintf(w, "nodes %d, flows per node %d, target rate %s, %v, %s\n", cfg.Nodes, cfg.Flows, rateText(cfg.Rate), cfg.Duration, cfg.Mode)
 	fmt.Fprintf(w, "sent %d, acked %d, failed %d in %v\n", res.Sent, res.Acked, res.Failed, res.Elapsed.Round(time.Millisecond))
 	if res.FirstError != nil {
 		fmt.Fprintf(w, "first failure: %s\n", oneLine(res.FirstError))
 	}
-	fmt.Fprintf(w, "applied rate: %.1f reports/s\n", res.AppliedRate())
-	fmt.Fprintf(w, "ack latency: p50 %v, p99 %v, max %v\n", us(res.P50), us(res.P99), us(res.Max))
-	flows := len(res.Final.Value.Flows())
-	if res.Exact() {
+	if cfg.Mode == loadgen.Publish {
+		fmt.Fprintf(w, "published rate: %.1f reports/s\n", res.Rate())
+	} else {
+		fmt.Fprintf(w, "applied rate: %.1f reports/s\n", res.Rate())
+		fmt.Fprintf(w, "ack latency: p50 %v, p99 %v, max %v\n", us(res.Latency.P50), us(res.Latency.P99), us(res.Latency.Max))
+	}
+	st := chk.State
+	flows := len(st.Value.Flows())
+	if chk.Exact() {
 		fmt.Fprintf(w, "aggregate: exact (%d flows, %s, epoch %s, revision %d)\n",
-			flows, humanSize(totalSize(res.Final.Value)), res.Final.Epoch, res.Final.Revision)
+			flows, humanSize(totalSize(st.Value)), st.Epoch, st.Revision)
 		return
 	}
 	fmt.Fprintf(w, "aggregate: DIFFERS from each node's last acknowledged report (%d flows, epoch %s, revision %d):\n",
-		flows, res.Final.Epoch, res.Final.Revision)
+		flows, st.Epoch, st.Revision)
 	foreign := false
-	for _, line := range res.Diff {
+	for _, line := range chk.Diff {
 		fmt.Fprintf(w, "  %s\n", line)
 		foreign = foreign || strings.Contains(line, "no simulated node owns")
 	}
 	if foreign {
 		fmt.Fprintln(w, "flows that no simulated node owns come from other flownodes or an earlier run: bench a worker of its own")
+	}
+	if cfg.Mode == loadgen.Publish {
+		fmt.Fprintln(w, "published reports that the worker dropped as a slow consumer differ too: see flowstate_slow_consumer_dropped_total, or lower --rate")
 	}
 }
 
@@ -105,7 +138,7 @@ func rateText(r float64) string {
 }
 
 // checkBench validates the flags of bench in their own terms.
-func checkBench(cfg client.LoadConfig) error {
+func checkBench(cfg loadgen.Config) error {
 	switch {
 	case cfg.Nodes <= 0:
 		return fmt.Errorf("--nodes %d must be positive", cfg.Nodes)
@@ -115,11 +148,11 @@ func checkBench(cfg client.LoadConfig) error {
 		return fmt.Errorf("--rate %g must not be negative", cfg.Rate)
 	case cfg.Duration <= 0:
 		return fmt.Errorf("--duration %v must be positive", cfg.Duration)
-	case cfg.Concurrency <= 0:
-		return fmt.Errorf("--concurrency %d must be positive", cfg.Concurrency)
+	case cfg.InFlight <= 0:
+		return fmt.Errorf("--concurrency %d must be positive", cfg.InFlight)
 	}
 	if err := cfg.Validate(); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "client: load: "))
+		return errors.New(strings.TrimPrefix(err.Error(), loadgen.ErrConfig.Error()+": "))
 	}
 	return nil
 }

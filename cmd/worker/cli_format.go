@@ -41,6 +41,24 @@ func totalSize(v flowstate.FlowStateValue) uint64 {
 	return sum
 }
 
+// countFlows returns the number of distinct flows of v, without sorting.
+func countFlows(v flowstate.FlowStateValue) int {
+	n := len(v.StateSize)
+	for id := range v.LastExecTimeMap {
+		if _, ok := v.StateSize[id]; !ok {
+			n++
+		}
+	}
+	for id := range v.StartTimeMap {
+		_, inSize := v.StateSize[id]
+		_, inLast := v.LastExecTimeMap[id]
+		if !inSize && !inLast {
+			n++
+		}
+	}
+	return n
+}
+
 // writeTable writes v as a table, one flow a line by ascending id.
 func writeTable(w io.Writer, v flowstate.FlowStateValue) error {
 	flows := v.Flows()
@@ -48,9 +66,29 @@ func writeTable(w io.Writer, v flowstate.FlowStateValue) error {
 		_, err := fmt.Fprintln(w, "no flows")
 		return err
 	}
+	return writeFlows(w, flows)
+}
+
+// writeChanges writes the flows that changed, indented, one a line by
+// ascending id; a flow that left shows "left".
+func writeChanges(w io.Writer, flows []flowstate.Flow) error {
+	if len(flows) == 0 {
+		_, err := fmt.Fprintln(w, "  no flow changed")
+		return err
+	}
+	return writeFlows(w, flows)
+}
+
+// writeFlows writes flows, sorted by id, as a table under a header; a flow
+// with no field present shows "left".
+func writeFlows(w io.Writer, flows []flowstate.Flow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "FLOW\tSTATE SIZE\tLAST EXECUTION\tSTART\tUPTIME")
 	for _, f := range flows {
+		if f.Has == 0 {
+			fmt.Fprintf(tw, "%d\tleft\t\t\t\n", f.ID)
+			continue
+		}
 		size := "-"
 		if f.Has&flowstate.HasStateSize != 0 {
 			size = humanSize(f.StateSize)

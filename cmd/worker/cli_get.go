@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -42,7 +43,14 @@ worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size`)
 	if err != nil {
 		return c.errorf(stderr, "%v", err)
 	}
-	if err := printState(stdout, s); err != nil {
+	// One write per buffer, not per table cell: a state may hold a
+	// million flows.
+	out := bufio.NewWriterSize(stdout, 1<<16)
+	err = printState(out, s)
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
 		return c.errorf(stderr, "%v", err)
 	}
 	return 0

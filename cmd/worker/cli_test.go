@@ -150,7 +150,7 @@ func testWatch(tb testing.TB, c *client.Client) (next func() client.State) {
 		defer close(states)
 		for s, err := range c.Watch(ctx) {
 			if err == nil {
-				states <- s
+				states <- s.Clone()
 			}
 		}
 	}()

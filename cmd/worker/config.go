@@ -5,13 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
-	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"flowstate/consumer"
+	"flowstate/flowstate"
 	"flowstate/kv/jetstream"
 	"flowstate/protocol"
 )
@@ -20,157 +22,150 @@ import (
 type Config struct {
 	NATSURL         string
 	Listen          string
+	ListenInsecure  bool // a non-loopback --listen, knowing it has no authentication
 	Prefix          string
 	Queue           string
 	PublishInterval time.Duration
 	MaxFlows        int
+	MaxNodes        int    // --max-nodes: most nodes the state holds
+	MaxTotalFlows   int    // --max-total-flows: most distinct flows the aggregate holds
+	StateUpdates    string // --state-updates: both, full or delta
 	MetricsAddr     string
-	MetricsFlows    int // export the N flows with the largest state (0: none)
+	MetricsFlows    int  // --metrics-flows: per-flow gauges of the N largest flows
+	PProf           bool // --pprof: serve /debug/pprof/ on the metrics address
 	KV              string
 	KVBucket        string
 	KVReplicas      int
 	KVStorage       string
+	KVWindow        int // --kv-window: JetStream writes in flight
 
-	// Authentication with an external server. Secrets come only from the
-	// environment, so that they stay out of process listings.
-	Creds    string // credentials file
-	NKeySeed string // nkey seed file
-	User     string // password from FLOWSTATE_NATS_PASSWORD
-	Password string
-	Token    string // from FLOWSTATE_NATS_TOKEN
-	TLSCA    string
-	TLSCert  string
-	TLSKey   string
+	Auth // authentication with an external server
 
 	DeadLetterSubject string
 	NodeTTL           time.Duration
 	LogLevel          string
+
+	// urlSecrets are the --nats-url entries that carry credentials,
+	// redacted, to be warned about.
+	urlSecrets []string
 }
 
-// envPrefix starts every environment variable of the worker.
-const envPrefix = "FLOWSTATE_"
+// Defaults of the new flags (PROTOCOL.md, "Command line" and "Capacity").
+const (
+	defaultMaxNodes      = 10000
+	defaultMaxTotalFlows = 100000
+	defaultKVWindow      = 256
+)
 
-// errHelp is returned by parseConfig when --help was asked for.
-var errHelp = flag.ErrHelp
+// State update modes of --state-updates.
+var stateUpdateModes = []string{"both", "full", "delta"}
 
-// parseConfig parses args over the environment (a flag given wins over its
-// variable) and validates the result.
-func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) (Config, error) {
-	c := Config{
+// defaultConfig is the configuration with no flag and no variable set.
+func defaultConfig() Config {
+	return Config{
 		Listen:          "127.0.0.1:4222",
 		Prefix:          protocol.DefaultPrefix,
 		Queue:           protocol.DefaultQueue,
 		PublishInterval: consumer.DefaultPublishInterval,
 		MaxFlows:        consumer.DefaultMaxFlows,
+		MaxNodes:        defaultMaxNodes,
+		MaxTotalFlows:   defaultMaxTotalFlows,
+		StateUpdates:    "both",
 		KV:              "memory",
 		KVBucket:        "flow_state",
 		KVReplicas:      1,
 		KVStorage:       "memory",
+		KVWindow:        defaultKVWindow,
 		LogLevel:        "info",
 	}
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	str := func(p *string, name, usage string) { fs.StringVar(p, name, *p, usage) }
-	str(&c.NATSURL, "nats-url", "connect to this NATS server or cluster (comma-separated URLs); empty: start an embedded server")
-	str(&c.Listen, "listen", "where the embedded server listens (port 0: any free port)")
-	str(&c.Prefix, "prefix", "subject prefix")
-	str(&c.Queue, "queue", "queue group of the heartbeat subscription")
-	fs.DurationVar(&c.PublishInterval, "publish-interval", c.PublishInterval, "coalesce state updates and aggregate-key writes (0: after every report)")
-	fs.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "most flows one report may carry")
-	str(&c.MetricsAddr, "metrics-addr", "HTTP address for /metrics, /healthz and /readyz (empty: off)")
-	fs.IntVar(&c.MetricsFlows, "metrics-flows", 0, fmt.Sprintf("export per-flow metrics of the N flows with the largest state (0 to %d; 0: off)", maxMetricsFlows))
-	str(&c.KV, "kv", "state backend: memory, or jetstream (one state shared by every worker of the queue group)")
-	str(&c.KVBucket, "kv-bucket", "JetStream key-value bucket for --kv jetstream, created if missing")
-	fs.IntVar(&c.KVReplicas, "kv-replicas", c.KVReplicas, "replicas of the bucket (1 to 5), for --kv jetstream")
-	str(&c.KVStorage, "kv-storage", "storage of the bucket for --kv jetstream: memory, or file to survive a NATS restart")
-	str(&c.Creds, "nats-creds", "NATS credentials file")
-	str(&c.NKeySeed, "nats-nkey", "NATS nkey seed file")
-	str(&c.User, "nats-user", "NATS user; the password is read from "+envPrefix+"NATS_PASSWORD")
-	str(&c.TLSCA, "tls-ca", "CA certificate file to verify the NATS server")
-	str(&c.TLSCert, "tls-cert", "client certificate file for NATS TLS")
-	str(&c.TLSKey, "tls-key", "client key file for NATS TLS")
-	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports here, with the reason in headers (empty: off)")
-	fs.DurationVar(&c.NodeTTL, "node-ttl", 0, "evict a node silent for longer than this, as if it had sent an empty report (0: never)")
-	str(&c.LogLevel, "log-level", "debug, info, warn or error")
-	useTokenEnv := false
-	fs.BoolFunc("nats-token", "authenticate with the token in "+envPrefix+"NATS_TOKEN", func(v string) error {
-		if v != "true" {
-			return fmt.Errorf("the token is read from %sNATS_TOKEN only, to keep it out of process listings", envPrefix)
-		}
-		useTokenEnv = true
-		return nil
-	})
+}
 
-	// Environment first, so that flags given on the command line win.
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "nats-token" {
-			return
-		}
-		name := envName(f.Name)
-		if v := getenv(name); v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("invalid value %q for %s: %v", v, name, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
-	}
-	// The flag package calls Usage on every parse error and on -help; the
-	// usage is printed once, for -help only: an error is one line on stderr.
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printUsage(usageOut, fs)
-			return c, errHelp
+// daemonFlags defines the worker's flags over c.
+func daemonFlags(c *Config) *flagSet {
+	f := newFlagSet("worker")
+	str := func(p *string, name, usage string) { f.StringVar(p, name, *p, usage) }
+	str(&c.NATSURL, "nats-url", "connect to this NATS server or cluster (comma-separated `URL`s); empty: start an embedded server")
+	str(&c.Listen, "listen", "where the embedded server listens, `host:port` on loopback (port 0: any free port)")
+	f.BoolVar(&c.ListenInsecure, "listen-insecure", false, "allow a non-loopback --listen: the embedded server has no authentication")
+	str(&c.Prefix, "prefix", "subject `prefix`")
+	str(&c.Queue, "queue", "queue `group` of the heartbeat subscription")
+	f.DurationVar(&c.PublishInterval, "publish-interval", c.PublishInterval, "coalesce state updates and aggregate-key writes (0: after every report)")
+	f.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "at most `n` flows in one report")
+	f.IntVar(&c.MaxNodes, "max-nodes", c.MaxNodes, "at most `n` nodes in the state; a report past it is rejected (507)")
+	f.IntVar(&c.MaxTotalFlows, "max-total-flows", c.MaxTotalFlows, "at most `n` distinct flows in the aggregate; a report past it is rejected (507)")
+	str(&c.StateUpdates, "state-updates", "state updates to publish, `mode` both, full or delta")
+	str(&c.MetricsAddr, "metrics-addr", "HTTP `address` for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
+	f.IntVar(&c.MetricsFlows, "metrics-flows", 0, "per-flow gauges for the `N` flows with the largest state (0: none)")
+	f.BoolVar(&c.PProf, "pprof", false, "serve Go's /debug/pprof/ profiles on --metrics-addr")
+	str(&c.KV, "kv", "state `backend`: memory, or jetstream (one state shared by every worker of the queue group)")
+	str(&c.KVBucket, "kv-bucket", "JetStream key-value `bucket` for --kv jetstream, created if missing")
+	f.IntVar(&c.KVReplicas, "kv-replicas", c.KVReplicas, "replicas of the bucket, `n` from 1 to 5, for --kv jetstream")
+	str(&c.KVStorage, "kv-storage", "`storage` of the bucket for --kv jetstream: memory, or file to survive a NATS restart")
+	f.IntVar(&c.KVWindow, "kv-window", c.KVWindow, "at most `n` JetStream writes in flight, for --kv jetstream")
+	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports to this `subject`, with the reason in headers (empty: off)")
+	f.DurationVar(&c.NodeTTL, "node-ttl", 0, "evict a node silent for longer than this, as if it had sent an empty report (0: never)")
+	str(&c.LogLevel, "log-level", "log `level`: debug, info, warn or error")
+	f.VisitAll(func(fl *flag.Flag) { f.withEnv(fl.Name) })
+	c.Auth.register(f)
+	return f
+}
+
+// parseConfig parses args over the environment (a flag given wins over its
+// variable) and validates the result. It returns errHelp after --help, with
+// the usage written to usageOut.
+func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) (Config, error) {
+	c := defaultConfig()
+	f := daemonFlags(&c)
+	if err := f.parse(args, getenv); err != nil {
+		if errors.Is(err, errHelp) {
+			printUsage(usageOut, f)
 		}
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err := c.Auth.resolve(getenv); err != nil {
+		return c, err
 	}
-	c.Password = getenv(envPrefix + "NATS_PASSWORD")
-	if tok := getenv(envPrefix + "NATS_TOKEN"); tok != "" || useTokenEnv {
-		if tok == "" {
-			return c, fmt.Errorf("--nats-token needs the token in %sNATS_TOKEN", envPrefix)
-		}
-		c.Token = tok
+	if err := c.Validate(); err != nil {
+		return c, &usageError{err}
 	}
-	return c, c.Validate()
-}
-
-// envName maps a flag name to its environment variable: nats-url ->
-// FLOWSTATE_NATS_URL.
-func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return c, nil
 }
 
 // Validate reports the first invalid setting, in one line.
-func (c Config) Validate() error {
-	if err := c.consumerConfig().Validate(); err != nil {
-		return err
-	}
+func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		return errors.New("--prefix must not be empty")
 	}
 	if c.Queue == "" {
 		return errors.New("--queue must not be empty")
 	}
-	if c.MaxFlows <= 0 {
-		return fmt.Errorf("--max-flows %d must be positive", c.MaxFlows)
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"--max-flows", c.MaxFlows}, {"--max-nodes", c.MaxNodes}, {"--max-total-flows", c.MaxTotalFlows}, {"--kv-window", c.KVWindow}} {
+		if n.v <= 0 {
+			return fmt.Errorf("%s %d must be positive", n.flag, n.v)
+		}
+	}
+	if c.MetricsFlows < 0 || c.MetricsFlows > maxMetricsFlows {
+		return fmt.Errorf("--metrics-flows %d: want 0 to %d", c.MetricsFlows, maxMetricsFlows)
+	}
+	if !slices.Contains(stateUpdateModes, c.StateUpdates) {
+		return fmt.Errorf("--state-updates %q: want both, full or delta", c.StateUpdates)
+	}
+	if err := c.checkDeadLetter(); err != nil {
+		return err
 	}
 	if c.NATSURL == "" {
-		host, port, err := net.SplitHostPort(c.Listen)
+		if err := c.checkEmbedded(); err != nil {
+			return err
+		}
+	} else {
+		secrets, err := checkNATSURL(c.NATSURL)
 		if err != nil {
-			return fmt.Errorf("--listen %q: %v", c.Listen, err)
+			return err
 		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return fmt.Errorf("--listen %q: port %q is not a number from 0 to 65535", c.Listen, port)
-		}
-		if host != "" && host != "localhost" && net.ParseIP(host) == nil {
-			return fmt.Errorf("--listen %q: host %q is not an IP address", c.Listen, host)
-		}
+		c.urlSecrets = secrets
 	}
 	switch c.KV {
 	case "memory":
@@ -187,50 +182,81 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("--kv %q: want memory or jetstream", c.KV)
 	}
-	if c.MetricsFlows < 0 || c.MetricsFlows > maxMetricsFlows {
-		return fmt.Errorf("--metrics-flows %d: want 0 to %d", c.MetricsFlows, maxMetricsFlows)
-	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr %q: %v", c.MetricsAddr, err)
 		}
-	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
-	}
-	if c.Password != "" && c.User == "" {
-		return fmt.Errorf("%sNATS_PASSWORD is set but --nats-user is not", envPrefix)
-	}
-	if c.User != "" && c.Password == "" {
-		return fmt.Errorf("--nats-user needs the password in %sNATS_PASSWORD", envPrefix)
-	}
-	if c.Creds != "" && c.NKeySeed != "" {
-		return errors.New("--nats-creds and --nats-nkey are exclusive")
+	} else if c.PProf || c.MetricsFlows > 0 {
+		return errors.New("--pprof and --metrics-flows need --metrics-addr")
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
 	}
-	for _, f := range []struct{ flag, path string }{
-		{"--nats-creds", c.Creds}, {"--nats-nkey", c.NKeySeed},
-		{"--tls-ca", c.TLSCA}, {"--tls-cert", c.TLSCert}, {"--tls-key", c.TLSKey},
-	} {
-		if f.path == "" {
-			continue
-		}
-		if _, err := os.Stat(f.path); err != nil {
-			return fmt.Errorf("%s: %v", f.flag, err)
+	// What is left to check is the consumer's, in its own words.
+	return c.consumerConfig().Validate()
+}
+
+// checkEmbedded checks the settings of the embedded server: --listen is a
+// loopback address unless --listen-insecure, and no authentication flag is
+// given, since the embedded server has no authentication.
+func (c *Config) checkEmbedded() error {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %v", c.Listen, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("--listen %q: port %q is not a number from 0 to 65535", c.Listen, port)
+	}
+	if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+		return fmt.Errorf("--listen %q: host %q is not an IP address", c.Listen, host)
+	}
+	if !loopback(host) && !c.ListenInsecure {
+		return fmt.Errorf("--listen %q is not a loopback address: the embedded server has no authentication, so any client that reaches it can take reports and forge acks; give --listen-insecure to accept that, or run an external NATS server with --nats-url", c.Listen)
+	}
+	if set := c.Auth.flags(); len(set) > 0 {
+		return fmt.Errorf("%s given without --nats-url: the embedded server has no authentication; give --nats-url to use an external server", strings.Join(set, ", "))
+	}
+	return nil
+}
+
+// loopback reports whether host (of a listen address) is on loopback only.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkDeadLetter refuses a dead-letter subject that the worker consumes or
+// publishes: a rejected report would come back to it, for ever.
+func (c *Config) checkDeadLetter() error {
+	dl := c.DeadLetterSubject
+	if dl == "" {
+		return nil
+	}
+	s := protocol.SubjectsOf(c.Prefix)
+	for _, used := range []string{s.Heartbeats, s.State, s.Delta, s.Get, s.Nodes, "$SRV.>"} {
+		if protocol.Overlaps(used, dl) {
+			return fmt.Errorf("--dead-letter-subject %q is a subject the worker uses (%s): a rejected report would loop", dl, used)
 		}
 	}
 	return nil
 }
 
+// limits are the state's capacity limits.
+func (c *Config) limits() flowstate.Limits {
+	return flowstate.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows}
+}
+
 // jetStreamConfig is the part of c that configures the JetStream store.
-func (c Config) jetStreamConfig() jetstream.Config {
+// TODO(merge): pass KVWindow once the JetStream store takes a window.
+func (c *Config) jetStreamConfig() jetstream.Config {
 	return jetstream.Config{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage}
 }
 
 // consumerConfig is the part of c that configures the consumer.
-func (c Config) consumerConfig() consumer.Config {
+func (c *Config) consumerConfig() consumer.Config {
 	return consumer.Config{
 		Prefix:            c.Prefix,
 		Queue:             c.Queue,
@@ -238,5 +264,14 @@ func (c Config) consumerConfig() consumer.Config {
 		MaxFlows:          c.MaxFlows,
 		DeadLetterSubject: c.DeadLetterSubject,
 		NodeTTL:           c.NodeTTL,
+		StateUpdates:      c.StateUpdates,
 	}
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
 }

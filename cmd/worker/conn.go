@@ -11,21 +11,28 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// natsConn is the worker's connection and what its handlers tell.
+type natsConn struct {
+	*nats.Conn
+	closed  chan struct{} // closed when the connection is closed
+	up      chan struct{} // closed once the connection is up for the first time
+	fatal   chan error    // errors the worker cannot go on with
+	closing atomic.Bool   // the worker is closing it: disconnections are its own doing
+}
+
 // connect dials NATS with the worker's policy: keep trying to connect, reconnect
 // forever with jitter, buffer publishes while disconnected, and keep retrying
-// on authentication errors (logged, not fatal). closed is closed when the
-// connection is closed.
+// on authentication errors (logged, not fatal). With srv, the connection is
+// in-process. The credentials' options are auth, checked beforehand.
 //
-// closing tells the handlers that a disconnection is the worker's own doing;
-// connect sets connected once the connection is up for the first time.
-//
-// fatal is called with an error that leaves the worker up but unable to
-// consume: the server refusing its heartbeat subscription.
-func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.Bool, fatal func(error)) (nc *nats.Conn, closed <-chan struct{}, err error) {
-	done := make(chan struct{})
-	heartbeats := c.Prefix + ".heartbeat.*"
+// fatal gets an error that leaves the worker up but unable to consume: the
+// server refusing its heartbeat subscription.
+func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, prefix string, log *slog.Logger) (*natsConn, error) {
+	c := &natsConn{closed: make(chan struct{}), up: make(chan struct{}), fatal: make(chan error, 1)}
+	heartbeats := prefix + ".heartbeat.*"
 	var lastSlow atomic.Int64 // unix nanos of the last slow-consumer log line
-	var once sync.Once
+	var closeOnce, upOnce sync.Once
+	markUp := func() { upOnce.Do(func() { close(c.up) }) }
 	var lastErr struct {
 		sync.Mutex
 		s string
@@ -57,12 +64,12 @@ func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.
 		nats.IgnoreAuthErrorAbort(),
 		nats.DrainTimeout(4 * time.Second),
 		nats.ConnectHandler(func(nc *nats.Conn) {
-			connected.Store(true)
 			resetLastErr()
 			log.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))
+			markUp()
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if closing.Load() {
+			if c.closing.Load() {
 				return
 			}
 			if err != nil {
@@ -76,11 +83,12 @@ func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			resetLastErr()
 			log.Info("NATS reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+			markUp()
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			logOnce("NATS connect failed, retrying", err)
 		}),
-		nats.ClosedHandler(func(*nats.Conn) { once.Do(func() { close(done) }) }),
+		nats.ClosedHandler(func(*nats.Conn) { closeOnce.Do(func() { close(c.closed) }) }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			attrs := []any{slog.Any("err", err)}
 			if sub != nil {
@@ -102,49 +110,26 @@ func connect(url string, c Config, log *slog.Logger, closing, connected *atomic.
 			}
 			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `Subscription to "`+heartbeats+`"`) {
 				// Up but deaf is the worst state: give up loudly instead.
-				fatal(err)
+				select {
+				case c.fatal <- err:
+				default:
+				}
 				return
 			}
 			logOnce("NATS error", err)
 		}),
 	}
-	auth, err := authOptions(c)
-	if err != nil {
-		return nil, nil, err
+	if srv != nil {
+		opts = append(opts, nats.InProcessServer(srv))
 	}
 	opts = append(opts, auth...)
-	nc, err = nats.Connect(strings.TrimSpace(url), opts...)
+	nc, err := nats.Connect(strings.TrimSpace(url), opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return nc, done, nil
-}
-
-// authOptions are the NATS options of c's credentials and TLS settings,
-// shared by the worker and the subcommands.
-func authOptions(c Config) ([]nats.Option, error) {
-	var opts []nats.Option
-	if c.Creds != "" {
-		opts = append(opts, nats.UserCredentials(c.Creds))
+	c.Conn = nc
+	if nc.IsConnected() {
+		markUp()
 	}
-	if c.NKeySeed != "" {
-		o, err := nats.NkeyOptionFromSeed(c.NKeySeed)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, o)
-	}
-	if c.User != "" {
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
-	}
-	if c.Token != "" {
-		opts = append(opts, nats.Token(c.Token))
-	}
-	if c.TLSCA != "" {
-		opts = append(opts, nats.RootCAs(c.TLSCA))
-	}
-	if c.TLSCert != "" {
-		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
-	}
-	return opts, nil
+	return c, nil
 }

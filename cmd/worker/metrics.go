@@ -1,18 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
-	"time"
-
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"flowstate/consumer"
 	"flowstate/flowstate"
@@ -144,44 +134,4 @@ func newMergeLatency() prometheus.Histogram {
 		Help:    "Time to decode, check and merge one applied report.",
 		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10), // 1 µs .. 262 ms
 	})
-}
-
-// serveMetrics serves /metrics, /healthz (the process runs), /readyz (NATS
-// is connected and the worker serves) and Go's /debug/pprof/ profiles on
-// addr.
-func serveMetrics(ctx context.Context, addr string, stats *statsCollector, latency prometheus.Histogram, log *slog.Logger) (stop func(), metricsAddr string, err error) {
-	w := stats.worker
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(stats, latency, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		if err := w.Ready(); err != nil {
-			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = rw.Write([]byte("ready\n"))
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", slog.Any("err", err))
-		}
-	}()
-	log.Info("metrics listening", slog.String("addr", ln.Addr().String()))
-	metricsAddr = ln.Addr().String()
-	return func() {
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}, metricsAddr, nil
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
@@ -64,21 +61,11 @@ func TestDashboardAndAlertsQueryOnlyExportedMetrics(t *testing.T) {
 // liveMetricNames starts a worker of a shared JetStream store with
 // --metrics-flows 5, sends it reports (one rejected) so that every series
 // exists, and returns the names on its /metrics.
-func liveMetricNames(tb testing.TB) map[string]bool {
+func liveMetricNames(tb *testing.T) map[string]bool {
 	tb.Helper()
 	srv := natstest.Start(tb, &server.Options{JetStream: true})
-	cfg, err := parseConfig([]string{
-		"--nats-url", srv.ClientURL(), "--kv", "jetstream", "--kv-bucket", "dashboard_test",
-		"--metrics-addr", "127.0.0.1:0", "--metrics-flows", "5",
-	}, noEnv, io.Discard)
-	require.NoError(tb, err)
-	m := &Main{Config: cfg, Log: slog.New(slog.DiscardHandler)}
-	require.NoError(tb, m.Run())
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(tb, m.Close(ctx))
-	})
+	m, _ := startMain(tb, "--nats-url", srv.ClientURL(), "--kv", "jetstream", "--kv-bucket", "dashboard_test",
+		"--metrics-addr", "127.0.0.1:0", "--metrics-flows", "5", "--log-level", "error")
 	awaitStatus(tb, m.metricsAddr, "/readyz", http.StatusOK)
 
 	nc, err := nats.Connect(srv.ClientURL())

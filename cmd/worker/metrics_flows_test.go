@@ -122,9 +122,10 @@ func TestMetricsFlowsFlagIsBounded(t *testing.T) {
 		ok   bool
 	}{
 		{nil, true},
-		{[]string{"--metrics-flows", "5"}, true},
-		{[]string{"--metrics-flows", "-1"}, false},
-		{[]string{"--metrics-flows", "1001"}, false},
+		{[]string{"--metrics-addr", "127.0.0.1:0", "--metrics-flows", "5"}, true},
+		{[]string{"--metrics-addr", "127.0.0.1:0", "--metrics-flows", "-1"}, false},
+		{[]string{"--metrics-addr", "127.0.0.1:0", "--metrics-flows", "1001"}, false},
+		{[]string{"--metrics-flows", "5"}, false}, // nowhere to export them
 	} {
 		_, err := parseConfig(tc.args, noEnv, nil)
 		if tc.ok {
@@ -134,8 +135,11 @@ func TestMetricsFlowsFlagIsBounded(t *testing.T) {
 		}
 	}
 	cfg, err := parseConfig(nil, func(k string) string {
-		if k == "FLOWSTATE_METRICS_FLOWS" {
+		switch k {
+		case "FLOWSTATE_METRICS_FLOWS":
 			return "7"
+		case "FLOWSTATE_METRICS_ADDR":
+			return "127.0.0.1:0"
 		}
 		return ""
 	}, nil)

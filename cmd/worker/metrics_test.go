@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +19,30 @@ import (
 	"flowstate/flowstate"
 	"flowstate/internal/natstest"
 )
+
+// startMain opens a worker with args and runs its group; stop (also run
+// at Cleanup) ends the group and closes the worker, once.
+func startMain(t *testing.T, args ...string) (m *Main, stop func()) {
+	t.Helper()
+	m = &Main{}
+	require.NoError(t, m.ParseFlags(args, noEnv, io.Discard, io.Discard))
+	require.NoError(t, m.Open())
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- m.Run(ctx, signals{log: m.Log}) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			assert.NoError(t, <-ran)
+			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer ccancel()
+			assert.NoError(t, m.Close(cctx))
+		})
+	}
+	t.Cleanup(stop)
+	return m, stop
+}
 
 // serverOnPort runs an embedded NATS server on 127.0.0.1:port.
 func serverOnPort(tb testing.TB, port int) *server.Server {
@@ -63,21 +87,7 @@ func TestMetricsCountReportsAndReadinessFollowsNATS(t *testing.T) {
 	port := freePort(t)
 	srv := serverOnPort(t, port)
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	cfg, err := parseConfig([]string{"--nats-url", url, "--metrics-addr", "127.0.0.1:0"}, noEnv, io.Discard)
-	require.NoError(t, err)
-	m := &Main{Config: cfg, Log: slog.New(slog.DiscardHandler)}
-	require.NoError(t, m.Run())
-	var closed bool
-	closeMain := func() {
-		if closed {
-			return
-		}
-		closed = true
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		assert.NoError(t, m.Close(ctx))
-	}
-	t.Cleanup(closeMain)
+	m, closeMain := startMain(t, "--nats-url", url, "--metrics-addr", "127.0.0.1:0")
 	awaitStatus(t, m.metricsAddr, "/readyz", http.StatusOK)
 
 	nc, err := nats.Connect(url)

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -12,10 +16,13 @@ import (
 // embeddedMaxPayload is the max payload of the embedded server.
 const embeddedMaxPayload = 8 << 20
 
+// embeddedStartTimeout bounds the wait for the embedded server to listen.
+const embeddedStartTimeout = 10 * time.Second
+
 // startEmbedded starts an in-process NATS server listening on listen
-// (host:port; port 0 picks a free port) and waits until it takes
-// connections.
-func startEmbedded(listen string) (*server.Server, error) {
+// (host:port; port 0 picks a free port), logging through log, and waits
+// until it takes connections. A port already taken fails at once.
+func startEmbedded(listen string, log *slog.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, err
@@ -26,6 +33,14 @@ func startEmbedded(listen string) (*server.Server, error) {
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT // the server's "any free port"; its 0 means 4222
+	} else {
+		// The server would only log the failure and never be ready: try the
+		// address first, to fail at once with it.
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w", listen, err)
+		}
+		ln.Close()
 	}
 	if host == "" {
 		host = "0.0.0.0"
@@ -34,7 +49,6 @@ func startEmbedded(listen string) (*server.Server, error) {
 		Host:   host,
 		Port:   port,
 		NoSigs: true, // the worker handles signals and drains first
-		NoLog:  true,
 		// The aggregate grows by about 32 bytes a flow (JSON: 70); 8 MiB
 		// holds some 100,000 flows where NATS's default 1 MiB stops near
 		// 30,000. An external server's max_payload is its operator's.
@@ -43,10 +57,94 @@ func startEmbedded(listen string) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}
+	l := newServerLog(log)
+	s.SetLogger(l, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(embeddedStartTimeout) {
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded NATS server did not listen on %s within 10s (is the port taken?)", listen)
+		if msg := l.fatalMessage(); msg != "" {
+			return nil, fmt.Errorf("embedded NATS server on %s: %s", listen, msg)
+		}
+		return nil, fmt.Errorf("embedded NATS server did not listen on %s within %v", listen, embeddedStartTimeout)
 	}
 	return s, nil
+}
+
+// serverLog is the embedded server's logger: its warnings and errors (slow
+// consumers, payload violations, ...) go to the worker's log, at most
+// serverLogBurst lines a second; its notices are debug lines, except slow
+// consumers, which are warnings.
+type serverLog struct {
+	log *slog.Logger
+
+	mu         sync.Mutex // guards the fields below
+	fatal      string     // the last fatal message
+	window     time.Time  // start of the current second
+	lines      int        // lines logged in it
+	suppressed int        // lines held back since the last line logged
+}
+
+// serverLogBurst is the most lines the embedded server logs a second.
+const serverLogBurst = 10
+
+var _ server.Logger = (*serverLog)(nil)
+
+func newServerLog(log *slog.Logger) *serverLog {
+	return &serverLog{log: log.With(slog.String("component", "nats-server"))}
+}
+
+func (l *serverLog) Noticef(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "Slow Consumer") {
+		l.emit(slog.LevelWarn, msg)
+		return
+	}
+	l.log.Debug(msg)
+}
+
+func (l *serverLog) Warnf(format string, v ...any) { l.emit(slog.LevelWarn, fmt.Sprintf(format, v...)) }
+func (l *serverLog) Errorf(format string, v ...any) {
+	l.emit(slog.LevelError, fmt.Sprintf(format, v...))
+}
+func (l *serverLog) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l *serverLog) Tracef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+
+// Fatalf logs an error and records it; it does not exit, as the server's
+// own logger would: the worker decides.
+func (l *serverLog) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.mu.Lock()
+	l.fatal = msg
+	l.mu.Unlock()
+	l.log.Error(msg)
+}
+
+func (l *serverLog) fatalMessage() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fatal
+}
+
+// emit logs msg unless this second's budget is spent; the next line logged
+// says how many were held back.
+func (l *serverLog) emit(level slog.Level, msg string) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.window) >= time.Second {
+		l.window, l.lines = now, 0
+	}
+	if l.lines >= serverLogBurst {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	l.lines++
+	suppressed := l.suppressed
+	l.suppressed = 0
+	l.mu.Unlock()
+	if suppressed > 0 {
+		l.log.Log(context.Background(), level, msg, slog.Int("suppressed", suppressed))
+		return
+	}
+	l.log.Log(context.Background(), level, msg)
 }

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
+	"strings"
 )
 
-func printUsage(w io.Writer, fs *flag.FlagSet) {
+// printUsage writes the worker's help.
+func printUsage(w io.Writer, f *flagSet) {
 	fmt.Fprint(w, `worker keeps the live state of stream-processing flows: it applies the
 heartbeat reports of flownodes from NATS and serves the aggregate to frontends.
 
@@ -27,19 +28,23 @@ nats://127.0.0.1:4222, and --prefix); see worker <subcommand> --help:
 
 Flags:
 `)
-	fs.VisitAll(func(f *flag.Flag) {
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" {
-			def = fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		env := envName(f.Name)
-		if f.Name == "nats-token" {
-			env = envPrefix + "NATS_TOKEN"
-		}
-		fmt.Fprintf(w, "  --%-18s %s%s\n  %-20s env %s\n", f.Name, f.Usage, def, "", env)
-	})
+	f.printFlags(w)
 	fmt.Fprint(w, `
-Signals: SIGINT or SIGTERM drains the subscription, applies and acknowledges
-the reports already received, publishes the last state and exits 0.
+Signals: SIGINT or SIGTERM stops taking reports, acknowledges the reports
+already applied, publishes the last state and exits 0 within 5 s. SIGHUP and
+SIGPIPE are ignored.
 `)
+}
+
+// printCommandUsage writes a subcommand's help.
+func printCommandUsage(w io.Writer, c *cliCommand) {
+	synopsis := strings.TrimSpace("worker " + c.name + " " + c.synopsis + " [flags]")
+	fmt.Fprintf(w, "Usage:\n  %s\n\n%s\n\nFlags:\n", strings.ReplaceAll(synopsis, "  ", " "), strings.TrimSpace(c.about))
+	c.flags.printFlags(w)
+	fmt.Fprintf(w, "\nExample:\n%s\n", indent(strings.TrimSpace(c.example), "  "))
+}
+
+// indent prefixes every line of s.
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
+
+	"flowstate/client"
+	"flowstate/internal/loadgen"
 )
 
 // ingestOptions configure one measurement of the worker.
@@ -23,14 +26,16 @@ type ingestOptions struct {
 
 // ingestResult is one measurement of the worker.
 type ingestResult struct {
-	published uint64        // reports published fire-and-forget
-	counts    counters      // the worker's counts during the measurement
-	elapsed   time.Duration // from the first publish to the final ack
-	cpu       time.Duration // the worker's user+system CPU time meanwhile
-	usage     usage         // CPU time of the test's processes and the machine meanwhile
-	mem       memory        // the worker's at the end
-	side      *sideClients  // ack and get latencies
-	unsynced  uint64        // reports that never reached the worker (0 unless the server dropped some)
+	published uint64         // reports published fire-and-forget
+	acks      loadgen.Result // the ack clients' reports
+	counts    counters       // the worker's counts during the measurement
+	elapsed   time.Duration  // from the first publish to the final ack
+	cpu       time.Duration  // the worker's user+system CPU time meanwhile
+	usage     usage          // CPU time of the test's processes and the machine meanwhile
+	mem       memory         // the worker's at the end
+	side      *sideClients   // get latencies
+	unsynced  uint64         // reports that never reached the worker (0 unless the server dropped some)
+	check     aggCheck       // of the final aggregate
 }
 
 // rate returns the applied reports per second.
@@ -41,23 +46,33 @@ func (r ingestResult) cpuPerReport() float64 {
 	return float64(r.cpu.Microseconds()) / float64(r.counts.applied)
 }
 
+// newPublisher returns a generator publishing the reports of sc's nodes
+// over nc, for d at rate (d 0: reports reports).
+func newPublisher(nc *nats.Conn, sc scenario, d time.Duration, rate float64, reports uint64) (*loadgen.Generator, error) {
+	return loadgen.New(nc, loadgen.Config{Mode: loadgen.Publish, Nodes: sc.nodes, Flows: sc.flows,
+		Duration: d, Rate: rate, Reports: reports, Timeout: drainTimeout})
+}
+
 // measureIngest warms the worker up with every node's report, then publishes
-// p's reports round-robin for o.duration while the side clients run, then
+// sc's reports round-robin for o.duration while the side clients run, then
 // waits until the worker has taken everything from its subscription and
-// sends one more report as a request: the worker handles its subscription in
-// arrival order, so when that ack arrives every report published before it
-// has been handled. Applied and dropped reports come from the worker's
-// /metrics.
-func measureIngest(ctx context.Context, w *workerProc, natsProc *process, url string, p *payloads, o ingestOptions) (ingestResult, error) {
+// syncs (loadgen.Generator.Sync): when that ack arrives every report
+// published before it has been handled. Applied and dropped reports come
+// from the worker's /metrics. Last, it checks the aggregate.
+func measureIngest(ctx context.Context, w *workerProc, natsProc *process, url string, sc scenario, o ingestOptions) (ingestResult, error) {
 	pub, err := connect(url, "loadtest-pub")
 	if err != nil {
 		return ingestResult{}, err
 	}
 	defer pub.Close()
-	k, err := warmUp(ctx, pub, p)
+	g, err := newPublisher(pub, sc, o.duration, o.rate, 0)
 	if err != nil {
-		return ingestResult{}, fmt.Errorf("warm-up: %w", err)
+		return ingestResult{}, err
 	}
+	if err := g.WarmUp(ctx); err != nil {
+		return ingestResult{}, err
+	}
+	warm := uint64(sc.nodes) + 1 // and the sync report
 	before, err := scrape(ctx, w.metricsAddr)
 	if err != nil {
 		return ingestResult{}, err
@@ -73,24 +88,29 @@ func measureIngest(ctx context.Context, w *workerProc, natsProc *process, url st
 		}
 		defer perf.stop(syscall.SIGINT)
 	}
-	side, err := startSideClients(url, p, o.ackClients, o.gets, o.getInterval)
+	side, err := startSideClients(ctx, url, sideOptions{ackClients: o.ackClients, firstNode: sc.nodes, flows: sc.flows,
+		duration: o.duration, gets: o.gets, getInterval: o.getInterval})
 	if err != nil {
 		return ingestResult{}, err
 	}
 	defer side.close()
 
 	start := time.Now()
-	next, err := publishFor(ctx, pub, p, k, start, o.duration, o.rate)
+	res := g.Run(ctx)
 	side.stop()
-	if err != nil {
+	if res.FirstError != nil {
+		return ingestResult{}, res.FirstError
+	}
+	if err := ctx.Err(); err != nil {
 		return ingestResult{}, err
 	}
-	sent := func() uint64 { return next + side.ackSent.Load() }
+	acks := side.ackResult()
+	sent := func() uint64 { return warm + res.Sent + acks.Sent }
 	unsynced, err := waitTaken(ctx, w, sent)
 	if err != nil {
 		return ingestResult{}, err
 	}
-	if err := syncReport(ctx, pub, p, next); err != nil {
+	if err := g.Sync(ctx); err != nil {
 		return ingestResult{}, err
 	}
 	end := time.Now()
@@ -107,8 +127,9 @@ func measureIngest(ctx context.Context, w *workerProc, natsProc *process, url st
 		return ingestResult{}, err
 	}
 	side.wait(2 * time.Second)
-	return ingestResult{
-		published: next - k,
+	r := ingestResult{
+		published: res.Sent,
+		acks:      acks,
 		counts:    after.sub(before),
 		elapsed:   end.Sub(start),
 		cpu:       u1.worker - u0.worker,
@@ -116,39 +137,53 @@ func measureIngest(ctx context.Context, w *workerProc, natsProc *process, url st
 		mem:       mem,
 		side:      side,
 		unsynced:  unsynced,
-	}, nil
-}
-
-// warmUp publishes the first report of every node and waits until the
-// worker has applied them all. It returns the next report of the
-// round-robin.
-func warmUp(ctx context.Context, nc *nats.Conn, p *payloads) (uint64, error) {
-	last := uint64(p.nodes - 1)
-	for k := range last {
-		subject, body := p.at(k)
-		if err := nc.Publish(subject, body); err != nil {
-			return 0, err
-		}
 	}
-	return last + 1, syncReport(ctx, nc, p, last)
+	var also []*loadgen.Generator
+	if side.acks != nil {
+		also = append(also, side.acks)
+	}
+	r.check, err = checkAggregate(ctx, g, r.counts.dropped+r.counts.rejected+unsynced, also...)
+	return r, err
 }
 
-// syncReport sends report k as a request on nc and waits for its ack. The
-// worker takes its subscription's messages in arrival order, and NATS keeps
-// the order of one connection's messages: when the ack arrives, every report
-// nc published before has been handled.
-func syncReport(ctx context.Context, nc *nats.Conn, p *payloads, k uint64) error {
-	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
-	defer cancel()
-	subject, body := p.at(k)
-	m, err := nc.RequestWithContext(ctx, subject, body)
+// aggCheck is what the check of a run's final aggregate found.
+type aggCheck struct {
+	checked bool
+	exact   bool
+	note    string // why it was not checked, or the first difference
+}
+
+func (v aggCheck) String() string {
+	switch {
+	case !v.checked:
+		return "not checked: " + v.note
+	case v.exact:
+		return "exact"
+	}
+	return "DIFFERS: " + v.note
+}
+
+// checkAggregate checks the worker's aggregate against what g and also
+// sent. With lost reports (dropped, rejected or never delivered) some
+// nodes' last reports may be missing: differences are then expected and
+// not an error; without, a difference is one.
+func checkAggregate(ctx context.Context, g *loadgen.Generator, lost uint64, also ...*loadgen.Generator) (aggCheck, error) {
+	chk, err := g.Check(ctx, also...)
+	var se *client.ServiceError
+	if errors.As(err, &se) {
+		return aggCheck{note: fmt.Sprintf("the get answered %d %s", se.Code, se.Reason)}, nil
+	}
 	if err != nil {
-		return fmt.Errorf("sync report on %s: %w", subject, err)
+		return aggCheck{}, err
 	}
-	if e := m.Header.Get(micro.ErrorHeader); e != "" {
-		return fmt.Errorf("sync report on %s rejected: %s", subject, e)
+	if chk.Exact() {
+		return aggCheck{checked: true, exact: true}, nil
 	}
-	return nil
+	if lost > 0 {
+		return aggCheck{note: fmt.Sprintf("%d reports lost (%s)", lost, chk.Diff[0])}, nil
+	}
+	v := aggCheck{checked: true, note: chk.Diff[0]}
+	return v, fmt.Errorf("the final aggregate differs from each node's last acknowledged report: %v", chk.Diff)
 }
 
 // waitTaken waits until the worker has taken from its subscription (handled
@@ -194,44 +229,46 @@ type holdResult struct {
 	heap     uint64 // the worker's Go heap in use
 	aggBytes int    // size of the msgpack aggregate a get returned
 	getError string // the get's service error, if it was answered with one
+	check    aggCheck
 }
 
-// measureHold publishes rounds reports of every node, waits until they are
-// applied, takes one get (which encodes the aggregate, as a frontend's
-// would), and reads the worker's resident memory.
-func measureHold(ctx context.Context, w *workerProc, url string, p *payloads, rounds int) (holdResult, error) {
+// measureHold publishes rounds reports of every node, syncs, checks that
+// they were all applied, takes one get (which encodes the aggregate, as a
+// frontend's would) and checks it, and reads the worker's resident memory.
+func measureHold(ctx context.Context, w *workerProc, url string, sc scenario, rounds int) (holdResult, error) {
 	pub, err := connect(url, "loadtest-pub")
 	if err != nil {
 		return holdResult{}, err
 	}
 	defer pub.Close()
-	last := uint64(rounds*p.nodes - 1)
-	for k := range last {
-		subject, body := p.at(k)
-		if err := pub.Publish(subject, body); err != nil {
-			return holdResult{}, err
-		}
+	want := uint64(rounds * sc.nodes)
+	g, err := newPublisher(pub, sc, 0, 0, want)
+	if err != nil {
+		return holdResult{}, err
 	}
-	if err := syncReport(ctx, pub, p, last); err != nil {
+	if res := g.Run(ctx); res.FirstError != nil {
+		return holdResult{}, res.FirstError
+	}
+	if err := g.Sync(ctx); err != nil {
 		return holdResult{}, err
 	}
 	c, err := scrape(ctx, w.metricsAddr)
 	if err != nil {
 		return holdResult{}, err
 	}
-	if c.applied != last+1 {
-		return holdResult{}, fmt.Errorf("applied %d of %d reports (dropped %d)", c.applied, last+1, c.dropped)
+	if c.applied != want+1 {
+		return holdResult{}, fmt.Errorf("applied %d of %d reports (dropped %d)", c.applied, want+1, c.dropped)
 	}
-	m, err := pub.Request(prefix+".state.get", nil, requestTimeout)
+	n, getErr, err := getSize(ctx, pub)
 	if err != nil {
-		return holdResult{}, fmt.Errorf("get: %w", err)
+		return holdResult{}, err
 	}
-	h := holdResult{aggBytes: len(m.Data)}
+	h := holdResult{aggBytes: n, getError: getErr}
 	if c, err := scrape(ctx, w.metricsAddr); err == nil {
 		h.heap = c.heapInuse
 	}
-	if e := m.Header.Get(micro.ErrorHeader); e != "" {
-		h.getError = m.Header.Get(micro.ErrorCodeHeader) + " " + e
+	if h.check, err = checkAggregate(ctx, g, 0); err != nil {
+		return h, err
 	}
 	h.mem, err = memStatus(w.pid())
 	return h, err

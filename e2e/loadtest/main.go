@@ -19,10 +19,26 @@
 //     same publisher, and a final request whose ack means that every report
 //     before it was handled. Applied reports come from the worker's /metrics,
 //     so slow-consumer drops are not counted as applied. Meanwhile
-//     --ack-clients clients send reports as requests and time the acks.
+//     --ack-clients simulated nodes of their own (after the publisher's)
+//     send reports as requests, one each in flight, and time the acks.
 //   - get: 1000 nodes x 10 flows, a 10,000-flow aggregate; the ingest is
 //     paced at --get-load-rate while a client times gets.
 //   - rss: the worker's resident memory holding 10,000 nodes x 10 flows.
+//
+// Named only (not in all; they measure what other branches build):
+//
+//   - acked, js-r1, js-r3: 1,000 nodes x 10 flows, 256 acked reports in
+//     flight, against one worker on the memory backend, one worker on a
+//     JetStream bucket (R1, memory storage) of a server of its own, and
+//     three workers on an R3 file-storage bucket of three servers; the
+//     JetStream rates are compared with the memory backend's (jetstream.go).
+//   - delta: bytes of an update on flow.state.delta against one on
+//     flow.state, 1,000 nodes x 10 flows, 10 nodes reporting per 100 ms;
+//     skipped, with a message, when the worker publishes no delta (delta.go).
+//
+// Every run ends with a check of the worker's aggregate against each
+// node's last acknowledged report (internal/loadgen): it must be exact
+// unless reports were lost (dropped as a slow consumer, rejected).
 //
 // Every scenario starts a fresh worker. Progress goes to stderr; the table
 // and the target verdicts go to stdout. Ctrl-C stops the children and
@@ -99,10 +115,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.DurationVar(&c.duration, "duration", 3*time.Second, "how long each measurement publishes")
 	fs.IntVar(&c.runs, "runs", 3, "runs of each scenario (median and range are reported)")
-	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss; all: "+defaultScenarioNames)
+	names := fs.String("scenarios", "all", "comma-separated: NxF (nodes x flows per node), get, rss, all ("+defaultScenarioNames+"), and, only when named, "+pendingScenarioNames)
 	fs.Float64Var(&c.getLoadRate, "get-load-rate", 50000, "reports/s ingested during the get scenario")
 	fs.DurationVar(&c.getInterval, "get-interval", 0, "pause between two gets of the get scenario (0: back to back)")
-	fs.IntVar(&c.ackClients, "ack-clients", 8, "clients sending reports as requests during the ingest, timing the acks")
+	fs.IntVar(&c.ackClients, "ack-clients", 8, "nodes of their own sending reports as requests during the ingest (one each in flight), timing the acks")
 	fs.DurationVar(&c.quietWait, "quiet-wait", 5*time.Second, "before each run, wait up to this long for other processes to use less than 25% of the machine (0: don't)")
 	fs.StringVar(&c.binDir, "bin-dir", "", "directory holding prebuilt worker and nats-server binaries (empty: build them)")
 	fs.StringVar(&c.goBench, "go-bench", "", "a file of `go test -bench` output, printed as the first part of the summary")

@@ -167,12 +167,12 @@ func poll(ctx context.Context, p *process, what string, try func() error) error 
 	}
 }
 
-// startNATS starts nats-server on a free port of 127.0.0.1 and waits until
-// a client can connect.
-func startNATS(ctx context.Context, path string) (p *process, url string, err error) {
+// startNATS starts nats-server with args on a free port of 127.0.0.1 and
+// waits until a client can connect.
+func startNATS(ctx context.Context, path string, args ...string) (p *process, url string, err error) {
 	p, port, err := startWithRetry(ctx,
 		func(port int) (*process, error) {
-			return startProcess("nats-server", path, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+			return startProcess("nats-server", path, append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
 		},
 		func(p *process, port int) error {
 			url := "nats://127.0.0.1:" + strconv.Itoa(port)
@@ -196,14 +196,15 @@ type workerProc struct {
 	metricsAddr string
 }
 
-// startWorker starts the worker on natsURL with default settings and its
-// metrics on a free port, and waits until /readyz answers, which it does
-// once the heartbeat subscription and the get endpoint are in place.
-func startWorker(ctx context.Context, path, natsURL string) (*workerProc, error) {
+// startWorker starts the worker on natsURL with args (none: the default
+// settings) and its metrics on a free port, and waits until /readyz
+// answers, which it does once the heartbeat subscription and the get
+// endpoint are in place.
+func startWorker(ctx context.Context, path, natsURL string, args ...string) (*workerProc, error) {
 	client := &http.Client{Timeout: time.Second}
 	p, port, err := startWithRetry(ctx,
 		func(port int) (*process, error) {
-			return startProcess("worker", path, "--nats-url", natsURL, "--metrics-addr", "127.0.0.1:"+strconv.Itoa(port))
+			return startProcess("worker", path, append([]string{"--nats-url", natsURL, "--metrics-addr", "127.0.0.1:" + strconv.Itoa(port)}, args...)...)
 		},
 		func(p *process, port int) error {
 			addr := "127.0.0.1:" + strconv.Itoa(port)

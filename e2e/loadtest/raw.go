@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"flowstate/consumer"
+	"flowstate/protocol"
 )
 
 // rawResult is the ceiling of NATS itself: the same reports to a subscriber
@@ -27,12 +28,12 @@ func (r rawResult) rate() float64 { return float64(r.counted) / r.elapsed.Second
 // with what was published.
 const drainTimeout = 2 * time.Minute
 
-// measureRaw publishes p's reports round-robin for d, as fast as possible,
+// measureRaw publishes sc's reports round-robin for d, as fast as possible,
 // to a counting queue subscriber on its own connection, then a marker on a
 // subject the subscription matches: when the marker arrives, everything
 // published before it has arrived or been dropped. No worker may be
 // subscribed meanwhile.
-func measureRaw(ctx context.Context, natsProc *process, url string, p *payloads, d time.Duration) (rawResult, error) {
+func measureRaw(ctx context.Context, natsProc *process, url string, sc scenario, d time.Duration) (rawResult, error) {
 	subConn, err := connect(url, "loadtest-raw-sub")
 	if err != nil {
 		return rawResult{}, err
@@ -71,11 +72,16 @@ func measureRaw(ctx context.Context, natsProc *process, url string, p *payloads,
 	if err != nil {
 		return rawResult{}, err
 	}
-	start := time.Now()
-	k, err := publishFor(ctx, pubConn, p, 0, start, d, 0)
+	g, err := newPublisher(pubConn, sc, d, 0, 0)
 	if err != nil {
 		return rawResult{}, err
 	}
+	start := time.Now()
+	res := g.Run(ctx)
+	if res.FirstError != nil {
+		return rawResult{}, res.FirstError
+	}
+	k := res.Sent
 	if err := pubConn.FlushTimeout(drainTimeout); err != nil {
 		return rawResult{}, fmt.Errorf("flush: %w", err)
 	}
@@ -107,6 +113,9 @@ func measureRaw(ctx context.Context, natsProc *process, url string, p *payloads,
 		}
 	}
 }
+
+// prefix is the worker's subject prefix: the default.
+const prefix = protocol.DefaultPrefix
 
 // connect opens a client connection that fails instead of reconnecting.
 func connect(url, name string) (*nats.Conn, error) {

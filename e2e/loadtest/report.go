@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"flowstate/internal/latency"
 )
 
 // column is one column of the summary: a metric of a run, NaN when the run
@@ -29,7 +31,12 @@ var (
 		}
 		return r.raw.rate()
 	}
-	appliedRate  = ingestMetric(ingestResult.rate)
+	appliedRate = func(r runResult) float64 {
+		if r.acked != nil {
+			return r.acked.res.Rate()
+		}
+		return ingestMetric(ingestResult.rate)(r)
+	}
 	appliedOfRaw = func(r runResult) float64 {
 		if r.raw == nil || r.ingest == nil {
 			return nan
@@ -39,10 +46,20 @@ var (
 	droppedShare = ingestMetric(func(r ingestResult) float64 {
 		return 100 * float64(r.counts.dropped) / float64(r.counts.applied+r.counts.dropped)
 	})
-	ackP50    = latency(func(s *sideClients) *latencies { return &s.ack }, 0.5)
-	ackP99    = latency(func(s *sideClients) *latencies { return &s.ack }, 0.99)
-	getP50    = latency(func(s *sideClients) *latencies { return &s.get }, 0.5)
-	getP99    = latency(func(s *sideClients) *latencies { return &s.get }, 0.99)
+	ackP50 = quantile(ackSummary, func(s latency.Summary) time.Duration { return s.P50 })
+	ackP99 = quantile(ackSummary, func(s latency.Summary) time.Duration { return s.P99 })
+	getP50 = quantile(getSummary, func(s latency.Summary) time.Duration { return s.P50 })
+	getP99 = quantile(getSummary, func(s latency.Summary) time.Duration { return s.P99 })
+	exact  = func(r runResult) float64 {
+		c := r.check()
+		switch {
+		case c == nil || !c.checked:
+			return nan
+		case c.exact:
+			return 1
+		}
+		return 0
+	}
 	workerCPU = ingestMetric(func(r ingestResult) float64 { return 100 * r.cpu.Seconds() / r.elapsed.Seconds() })
 	others    = ingestMetric(func(r ingestResult) float64 { return 100 * r.usage.othersShare() })
 	rss       = func(r runResult) float64 { return memMetric(r, func(m memory) uint64 { return m.rss }) }
@@ -63,6 +80,7 @@ var columns = []column{
 	{"get p99", getP99, durF},
 	{"RSS MB", rss, mbF},
 	{"peak RSS MB", peak, mbF},
+	{"exact", exact, yesNo},
 }
 
 func ingestMetric(f func(ingestResult) float64) func(runResult) float64 {
@@ -74,13 +92,33 @@ func ingestMetric(f func(ingestResult) float64) func(runResult) float64 {
 	}
 }
 
-// latency is the q-quantile of a side client's latencies, in seconds.
-func latency(which func(*sideClients) *latencies, q float64) func(runResult) float64 {
+// ackSummary is the ack latency of a run; ok false if it has none.
+func ackSummary(r runResult) (latency.Summary, bool) {
+	switch {
+	case r.acked != nil:
+		return r.acked.res.Latency, true
+	case r.ingest != nil:
+		return r.ingest.acks.Latency, true
+	}
+	return latency.Summary{}, false
+}
+
+// getSummary is the get latency of a run; ok false if it has none.
+func getSummary(r runResult) (latency.Summary, bool) {
+	if r.ingest == nil {
+		return latency.Summary{}, false
+	}
+	return r.ingest.side.get.Summary(), true
+}
+
+// quantile is a quantile of a run's latencies, in seconds.
+func quantile(which func(runResult) (latency.Summary, bool), q func(latency.Summary) time.Duration) func(runResult) float64 {
 	return func(r runResult) float64 {
-		if r.ingest == nil || which(r.ingest.side).count() == 0 {
+		s, ok := which(r)
+		if !ok || s.Count == 0 {
 			return nan
 		}
-		return which(r.ingest.side).quantile(q).Seconds()
+		return q(s).Seconds()
 	}
 }
 
@@ -134,7 +172,8 @@ reached the worker's connection and were dropped as a slow consumer. CPU: the wo
 report; worker CPU: that CPU time over the elapsed time (100% = one core); others: the share of the machine's
 CPU that other processes used meanwhile (noise). ack: reports sent as requests during the ingest (under a
 flood, the backlog's queueing time).
-RSS: VmRSS at the end of the run; peak: VmHWM. MB = 2^20 bytes.`)
+RSS: VmRSS at the end of the run; peak: VmHWM. MB = 2^20 bytes. exact: the final aggregate is each node's
+last acknowledged report (-: not checked, as reports were dropped or the get was refused).`)
 	fmt.Fprintln(w, "\ntargets")
 	for _, t := range checkTargets(cfg, results) {
 		fmt.Fprintf(w, "  %-9s %s: %s\n", "["+t.verdict+"]", t.name, t.detail)
@@ -204,6 +243,8 @@ func checkTargets(cfg config, results []scenarioResult) []target {
 		t.detail = fmt.Sprintf("VmRSS %s MB (%s..%s)", mbF(m.med), mbF(m.min), mbF(m.max))
 	}
 	out = append(out, t)
+	out = append(out, ackedTargets(find)...)
+	out = append(out, deltaTargets(find)...)
 	for i := range out {
 		if out[i].verdict == "" {
 			out[i].verdict, out[i].detail = "not run", "scenario not measured"
@@ -255,6 +296,13 @@ func dur(d time.Duration) string {
 		return sig3(float64(d)/1e6) + "ms"
 	}
 	return sig3(float64(d)/1e3) + "µs"
+}
+
+func yesNo(x float64) string {
+	if x == 1 {
+		return "yes"
+	}
+	return "no"
 }
 
 func pct(x float64) string { return fmt.Sprintf("%.0f%%", x) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flowstate/internal/binaries"
+	"flowstate/internal/loadgen"
 )
 
 // loadTest runs the scenarios against one nats-server.
@@ -47,11 +48,10 @@ func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
 	lt.logf("nats-server listening on %s", url)
 	var results []scenarioResult
 	for _, sc := range lt.cfg.scenarios {
-		p := encodePayloads(sc.nodes, sc.flows)
-		lt.logf("scenario %s: %d nodes x %d flows, reports of %d bytes, %d rounds encoded", sc.label(lt.cfg), sc.nodes, sc.flows, p.size(), p.rounds)
+		lt.logf("scenario %s: %d nodes x %d flows, reports of %d bytes", sc.label(lt.cfg), sc.nodes, sc.flows, loadgen.ReportSize(loadgen.Config{Nodes: sc.nodes, Flows: sc.flows}))
 		res := scenarioResult{scenario: sc}
 		for i := range lt.cfg.runs {
-			r, err := lt.runOnce(ctx, sc, p, i)
+			r, err := lt.runOnce(ctx, sc, i)
 			if err != nil {
 				results = append(results, res)
 				return results, fmt.Errorf("scenario %s, run %d: %w", sc.name, i+1, err)
@@ -64,12 +64,23 @@ func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
 }
 
 // runOnce runs scenario sc once, with a fresh worker.
-func (lt *loadTest) runOnce(ctx context.Context, sc scenario, p *payloads, i int) (r runResult, err error) {
+func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResult, err error) {
 	if err := lt.waitQuiet(ctx); err != nil {
 		return r, err
 	}
+	if sc.kind == kindAcked {
+		a, err := lt.runAcked(ctx, sc)
+		if err != nil {
+			return r, err
+		}
+		r.acked = &a
+		lat := a.res.Latency
+		lt.logf("  run %d: %s/s acked (%d acked, %d failed in %s); ack p50 %s p99 %s max %s; aggregate %s", i+1, count(a.res.Rate()),
+			a.res.Acked, a.res.Failed, secs(a.res.Elapsed), dur(lat.P50), dur(lat.P99), dur(lat.Max), a.check)
+		return r, nil
+	}
 	if sc.kind == kindFlood {
-		raw, err := measureRaw(ctx, lt.nats, lt.natsURL, p, lt.cfg.duration)
+		raw, err := measureRaw(ctx, lt.nats, lt.natsURL, sc, lt.cfg.duration)
 		if err != nil {
 			return r, err
 		}
@@ -79,16 +90,11 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, p *payloads, i int
 	if err != nil {
 		return r, err
 	}
-	defer func() {
-		if problems := w.logProblems(3); len(problems) > 0 {
-			lt.logf("  worker warnings: %s", strings.Join(problems, "\n                   "))
-		}
-		err = errors.Join(err, w.stop(syscall.SIGTERM))
-	}()
+	defer func() { err = errors.Join(err, lt.stopWorker(w)) }()
 	o := ingestOptions{duration: lt.cfg.duration, ackClients: lt.cfg.ackClients, perfFile: perfFile(lt.cfg.perfDir, sc.name, i)}
 	switch sc.kind {
 	case kindHold:
-		h, err := measureHold(ctx, w, lt.natsURL, p, holdRounds)
+		h, err := measureHold(ctx, w, lt.natsURL, sc, holdRounds)
 		if err != nil {
 			return r, err
 		}
@@ -97,18 +103,39 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, p *payloads, i int
 		if h.getError != "" {
 			get = "get answered " + h.getError
 		}
-		lt.logf("  run %d: VmRSS %s, VmHWM %s, Go heap in use %s; %s", i+1, mb(h.mem.rss), mb(h.mem.peak), mb(h.heap), get)
+		lt.logf("  run %d: VmRSS %s, VmHWM %s, Go heap in use %s; %s; aggregate %s", i+1, mb(h.mem.rss), mb(h.mem.peak), mb(h.heap), get, h.check)
+		return r, nil
+	case kindDelta:
+		d, err := measureDelta(ctx, lt.natsURL, sc, lt.cfg.duration)
+		if err != nil {
+			return r, err
+		}
+		r.delta = &d
+		if d.skipped != "" {
+			lt.logf("  run %d: skipped: %s; aggregate %s", i+1, d.skipped, d.check)
+			return r, nil
+		}
+		lt.logf("  run %d: %.0f bytes a delta (%d) vs %.0f a full update (%d) = %.2f%%; aggregate %s", i+1,
+			d.delta.perUpdate(), d.delta.msgs, d.full.perUpdate(), d.full.msgs, 100*d.ratio(), d.check)
 		return r, nil
 	case kindGet:
 		o.rate, o.gets, o.getInterval = lt.cfg.getLoadRate, true, lt.cfg.getInterval
 	}
-	ing, err := measureIngest(ctx, w, lt.nats, lt.natsURL, p, o)
+	ing, err := measureIngest(ctx, w, lt.nats, lt.natsURL, sc, o)
 	if err != nil {
 		return r, err
 	}
 	r.ingest = &ing
 	lt.logRun(i, r)
 	return r, nil
+}
+
+// stopWorker logs the worker's first warnings and stops it.
+func (lt *loadTest) stopWorker(w *workerProc) error {
+	if problems := w.logProblems(3); len(problems) > 0 {
+		lt.logf("  worker warnings: %s", strings.Join(problems, "\n                   "))
+	}
+	return w.stop(syscall.SIGTERM)
 }
 
 // quietShare is the share of the machine that other processes may use when
@@ -161,13 +188,14 @@ func (lt *loadTest) logRun(i int, r runResult) {
 	if r.raw != nil {
 		fmt.Fprintf(&b, " = %.2fx raw", ing.rate()/r.raw.rate())
 	}
+	ack := ing.acks.Latency
 	fmt.Fprintf(&b, "; CPU %s = %.2f µs/report; %s; ack p50 %s p99 %s (n=%d, errors %d)",
-		secs(ing.cpu), ing.cpuPerReport(), shares(ing.usage, ing.elapsed), dur(ing.side.ack.quantile(0.5)), dur(ing.side.ack.quantile(0.99)),
-		ing.side.ack.count(), ing.side.ackErrors.Load())
-	if n := ing.side.get.count(); n > 0 || ing.side.getErrors.Load() > 0 {
-		fmt.Fprintf(&b, "; get p50 %s p99 %s (n=%d, errors %d, %d bytes)", dur(ing.side.get.quantile(0.5)),
-			dur(ing.side.get.quantile(0.99)), n, ing.side.getErrors.Load(), ing.side.getBytes.Load())
+		secs(ing.cpu), ing.cpuPerReport(), shares(ing.usage, ing.elapsed), dur(ack.P50), dur(ack.P99), ack.Count, ing.acks.Failed)
+	if get := ing.side.get.Summary(); get.Count > 0 || ing.side.getErrors.Load() > 0 {
+		fmt.Fprintf(&b, "; get p50 %s p99 %s (n=%d, errors %d, %d bytes)", dur(get.P50), dur(get.P99), get.Count,
+			ing.side.getErrors.Load(), ing.side.getBytes.Load())
 	}
+	fmt.Fprintf(&b, "; aggregate %s", ing.check)
 	fmt.Fprintf(&b, "; VmRSS %s, VmHWM %s, Go heap in use %s", mb(ing.mem.rss), mb(ing.mem.peak), mb(c.heapInuse))
 	if c.publishErrors > 0 || c.reconnects > 0 || ing.unsynced > 0 {
 		fmt.Fprintf(&b, "; state publish errors %d, reconnects %d, never reached the worker %d", c.publishErrors, c.reconnects, ing.unsynced)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,6 +14,8 @@ const (
 	kindFlood kind = iota // raw ceiling, then the worker, both as fast as possible
 	kindGet               // get latency under a paced ingest
 	kindHold              // resident memory holding every node's report
+	kindAcked             // acked reports against a backend (jetstream.go)
+	kindDelta             // bytes of delta against full updates (delta.go)
 )
 
 // scenario is one line of the summary.
@@ -20,6 +23,7 @@ type scenario struct {
 	name         string
 	kind         kind
 	nodes, flows int
+	backend      *backend // kindAcked: where the state lives
 }
 
 // The scenarios of --scenarios all.
@@ -34,29 +38,43 @@ var defaultScenarios = []scenario{
 
 const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss"
 
+// pendingScenarioNames are the scenarios of issues 10 and 12, run only when
+// named: they measure what other branches build (the pipelined JetStream
+// backend, delta updates).
+const pendingScenarioNames = "acked,js-r1,js-r3,delta"
+
+// named returns the scenario of --scenarios called name, if there is one.
+func named(name string) (scenario, bool) {
+	for _, d := range slices.Concat(defaultScenarios, ackedScenarios, []scenario{deltaScenario}) {
+		if d.name == name {
+			return d, true
+		}
+	}
+	return scenario{}, false
+}
+
 // holdRounds is how many reports of each node the rss scenario sends.
 const holdRounds = 3
 
+// parseScenarios parses --scenarios: names, NxF, and all for the default
+// scenarios.
 func parseScenarios(s string) ([]scenario, error) {
-	if s == "all" {
-		return defaultScenarios, nil
-	}
 	var out []scenario
 	for _, name := range strings.Split(s, ",") {
 		name = strings.TrimSpace(name)
-		if name == "get" || name == "rss" {
-			for _, d := range defaultScenarios {
-				if d.name == name {
-					out = append(out, d)
-				}
-			}
+		if name == "all" {
+			out = append(out, defaultScenarios...)
+			continue
+		}
+		if d, ok := named(name); ok {
+			out = append(out, d)
 			continue
 		}
 		n, f, ok := strings.Cut(name, "x")
 		nodes, err1 := strconv.Atoi(n)
 		flows, err2 := strconv.Atoi(f)
 		if !ok || err1 != nil || err2 != nil || nodes <= 0 || flows <= 0 || nodes*flows > 1<<30 {
-			return nil, fmt.Errorf("--scenarios: %q is not NxF (positive nodes x flows per node), get or rss", name)
+			return nil, fmt.Errorf("--scenarios: %q is not NxF (positive nodes x flows per node), get, rss, all, %s", name, pendingScenarioNames)
 		}
 		out = append(out, scenario{name: name, kind: kindFlood, nodes: nodes, flows: flows})
 	}
@@ -70,6 +88,10 @@ func (s scenario) label(cfg config) string {
 		return fmt.Sprintf("get %dx%d @%s/s", s.nodes, s.flows, count(cfg.getLoadRate))
 	case kindHold:
 		return fmt.Sprintf("rss %dx%d held", s.nodes, s.flows)
+	case kindAcked:
+		return fmt.Sprintf("%s %dx%d, %d in flight", s.name, s.nodes, s.flows, ackedInFlight)
+	case kindDelta:
+		return fmt.Sprintf("delta %dx%d @%d/s", s.nodes, s.flows, deltaRate)
 	}
 	return s.name
 }
@@ -80,6 +102,23 @@ type runResult struct {
 	raw    *rawResult
 	ingest *ingestResult
 	hold   *holdResult
+	acked  *ackedResult
+	delta  *deltaResult
+}
+
+// check returns the check of the run's final aggregate; nil if none.
+func (r runResult) check() *aggCheck {
+	switch {
+	case r.ingest != nil:
+		return &r.ingest.check
+	case r.hold != nil:
+		return &r.hold.check
+	case r.acked != nil:
+		return &r.acked.check
+	case r.delta != nil:
+		return &r.delta.check
+	}
+	return nil
 }
 
 // scenarioResult is every run of a scenario.

@@ -9,46 +9,77 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
+
+	"flowstate/internal/latency"
+	"flowstate/internal/loadgen"
+	"flowstate/protocol"
 )
 
-// requestTimeout bounds one request of a side client.
+// requestTimeout bounds one get of a side client.
 const requestTimeout = 30 * time.Second
 
-// sideClients run beside the ingest: clients that send reports as requests
-// and time the acks, and one that sends gets in a loop and times them.
+// ackTimeout bounds one acknowledged report of a side client: a report the
+// worker dropped as a slow consumer fails after it.
+const ackTimeout = 10 * time.Second
+
+// sideClients run beside the ingest: a generator of nodes of their own
+// sending reports as requests (timing the acks), and a client that sends
+// gets in a loop and times them.
 type sideClients struct {
 	conns    []*nats.Conn
-	stopping chan struct{}      // closed: send no more requests
-	abandon  context.CancelFunc // gives up the requests in flight
+	stopping context.Context    // done: send no more gets
+	stop     context.CancelFunc // ends stopping
+	abandon  context.CancelFunc // gives up the gets in flight
 	wg       sync.WaitGroup
 
-	ack, get    latencies
-	ackSent     atomic.Uint64 // reports sent as requests
-	ackErrors   atomic.Uint64 // rejected, or no ack (dropped as a slow consumer, or given up)
+	acks   *loadgen.Generator // nil without ack clients
+	ackRes loadgen.Result     // set once acksOK is closed
+	acksOK chan struct{}      // closed when the acks' Run returned
+
+	get         latency.Recorder
 	getErrors   atomic.Uint64
 	getBytes    atomic.Int64 // size of the last aggregate a get returned
 	firstErr    atomic.Pointer[error]
 	getInterval time.Duration
 }
 
-// startSideClients starts ackClients clients, client g sending node g's
-// reports (modulo the nodes) round after round, and a get client if gets.
-func startSideClients(url string, p *payloads, ackClients int, gets bool, getInterval time.Duration) (*sideClients, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &sideClients{stopping: make(chan struct{}), abandon: cancel, getInterval: getInterval}
-	if ackClients > 0 {
+// sideOptions configure the side clients of one measurement.
+type sideOptions struct {
+	ackClients  int           // acked reports in flight, one node each
+	firstNode   int           // the ack clients' first node, after the publisher's
+	flows       int           // per node
+	duration    time.Duration // of the acks
+	gets        bool
+	getInterval time.Duration
+}
+
+// startSideClients starts the ack clients, nodes o.firstNode on, each with
+// one report in flight for o.duration, and a get client if o.gets.
+func startSideClients(ctx context.Context, url string, o sideOptions) (*sideClients, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stopping, stop := context.WithCancel(ctx)
+	s := &sideClients{stopping: stopping, stop: stop, abandon: cancel, getInterval: o.getInterval, acksOK: make(chan struct{})}
+	if o.ackClients > 0 {
 		nc, err := connect(url, "loadtest-ack")
 		if err != nil {
 			s.close()
 			return nil, err
 		}
 		s.conns = append(s.conns, nc)
-		for g := range ackClients {
-			s.wg.Go(func() { s.acks(ctx, nc, p, g%p.nodes) })
+		s.acks, err = loadgen.New(nc, loadgen.Config{FirstNode: o.firstNode, Nodes: o.ackClients, Flows: o.flows,
+			Duration: o.duration, InFlight: o.ackClients, Timeout: ackTimeout})
+		if err != nil {
+			s.close()
+			return nil, err
 		}
+		s.wg.Go(func() {
+			defer close(s.acksOK)
+			s.ackRes = s.acks.Run(ctx)
+		})
+	} else {
+		close(s.acksOK)
 	}
-	if gets {
+	if o.gets {
 		nc, err := connect(url, "loadtest-get")
 		if err != nil {
 			s.close()
@@ -60,63 +91,42 @@ func startSideClients(url string, p *payloads, ackClients int, gets bool, getInt
 	return s, nil
 }
 
-func (s *sideClients) stopped() bool {
-	select {
-	case <-s.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *sideClients) acks(ctx context.Context, nc *nats.Conn, p *payloads, node int) {
-	for round := uint64(1); !s.stopped(); round++ {
-		subject, body := p.of(node, round)
-		s.ackSent.Add(1)
-		t0 := time.Now()
-		if err := s.request(ctx, nc, subject, body, nil); err != nil {
-			s.ackErrors.Add(1)
-			if nc.IsClosed() {
-				return
-			}
-			continue
-		}
-		s.ack.add(time.Since(t0))
-	}
+// ackResult waits for the ack clients' run to end (each report bounded by
+// ackTimeout) and returns it.
+func (s *sideClients) ackResult() loadgen.Result {
+	<-s.acksOK
+	return s.ackRes
 }
 
 func (s *sideClients) gets(ctx context.Context, nc *nats.Conn) {
-	for !s.stopped() {
+	for s.stopping.Err() == nil {
 		t0 := time.Now()
-		if err := s.request(ctx, nc, prefix+".state.get", nil, &s.getBytes); err != nil {
+		if err := s.request(ctx, nc); err != nil {
 			s.getErrors.Add(1)
 			if nc.IsClosed() {
 				return
 			}
 			continue
 		}
-		s.get.add(time.Since(t0))
+		s.get.Record(time.Since(t0))
 		if s.getInterval > 0 {
 			select {
 			case <-time.After(s.getInterval):
-			case <-s.stopping:
+			case <-s.stopping.Done():
 			}
 		}
 	}
 }
 
-// request sends one request and checks that it was not answered with a
-// service error; size, if set, gets the reply's size.
-func (s *sideClients) request(ctx context.Context, nc *nats.Conn, subject string, body []byte, size *atomic.Int64) error {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	m, err := nc.RequestWithContext(ctx, subject, body)
-	if err == nil {
-		if e := m.Header.Get(micro.ErrorHeader); e != "" {
-			err = fmt.Errorf("%s: %s %s", subject, m.Header.Get(micro.ErrorCodeHeader), e)
-		} else if size != nil {
-			size.Store(int64(len(m.Data)))
-		}
+// request sends one get and checks that it was not answered with a service
+// error.
+func (s *sideClients) request(ctx context.Context, nc *nats.Conn) error {
+	n, getErr, err := getSize(ctx, nc)
+	switch {
+	case err == nil && getErr != "":
+		err = errors.New(getErr)
+	case err == nil:
+		s.getBytes.Store(int64(n))
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		s.firstErr.CompareAndSwap(nil, &err)
@@ -124,17 +134,25 @@ func (s *sideClients) request(ctx context.Context, nc *nats.Conn, subject string
 	return err
 }
 
-// stop makes the clients send no more requests.
-func (s *sideClients) stop() {
-	select {
-	case <-s.stopping:
-	default:
-		close(s.stopping)
+// getSize sends one get, bounded by requestTimeout, and returns the size of
+// the aggregate, or the service error it was answered with ("<code>
+// <reason>"); err is for a get that got no answer.
+func getSize(ctx context.Context, nc *nats.Conn) (size int, serviceErr string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	subject := protocol.SubjectsOf(prefix).Get
+	m, err := nc.RequestWithContext(ctx, subject, nil)
+	if err != nil {
+		return 0, "", fmt.Errorf("get on %s: %w", subject, err)
 	}
+	if e := m.Header.Get(protocol.HeaderError); e != "" {
+		return 0, m.Header.Get(protocol.HeaderErrorCode) + " " + e, nil
+	}
+	return len(m.Data), "", nil
 }
 
-// wait waits up to grace for the requests in flight, then gives them up
-// (they count as errors), and closes the connections.
+// wait waits up to grace for the gets in flight, then gives them up (they
+// count as errors), waits for the acks' run, and closes the connections.
 func (s *sideClients) wait(grace time.Duration) {
 	s.stop()
 	done := make(chan struct{})
@@ -146,7 +164,7 @@ func (s *sideClients) wait(grace time.Duration) {
 	case <-done:
 	case <-time.After(grace):
 		s.abandon()
-		<-done // every request ends at once when abandoned
+		<-done // every get ends at once when abandoned; acks within ackTimeout
 	}
 	s.close()
 }
@@ -158,10 +176,16 @@ func (s *sideClients) close() {
 	}
 }
 
-// err returns the first error of a request, not counting given-up ones.
+// err returns the first error of a get or an acknowledged report, not
+// counting given-up gets.
 func (s *sideClients) err() error {
 	if p := s.firstErr.Load(); p != nil {
 		return *p
 	}
-	return nil
+	select {
+	case <-s.acksOK:
+		return s.ackRes.FirstError
+	default:
+		return nil
+	}
 }

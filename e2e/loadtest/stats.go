@@ -1,40 +1,6 @@
 package main
 
-import (
-	"slices"
-	"sync"
-	"time"
-)
-
-// latencies collects durations; it is safe for concurrent use.
-type latencies struct {
-	mu sync.Mutex // guards d
-	d  []time.Duration
-}
-
-func (l *latencies) add(d time.Duration) {
-	l.mu.Lock()
-	l.d = append(l.d, d)
-	l.mu.Unlock()
-}
-
-func (l *latencies) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.d)
-}
-
-// quantile returns the nearest-rank q-quantile (0 < q ≤ 1); 0 when empty.
-func (l *latencies) quantile(q float64) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.d) == 0 {
-		return 0
-	}
-	slices.Sort(l.d)
-	rank := int(q*float64(len(l.d)) + 0.999999)
-	return l.d[min(max(rank, 1), len(l.d))-1]
-}
+import "slices"
 
 // spread is the median and range of one metric over the runs of a
 // scenario; n is 0 when no run measured it.

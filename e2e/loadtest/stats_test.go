@@ -16,17 +16,6 @@ func TestSpreadIsTheMedianAndRangeOfTheMeasuredRuns(t *testing.T) {
 	assert.Zero(t, spreadOf([]float64{math.NaN()}).n)
 }
 
-func TestQuantileIsTheNearestRank(t *testing.T) {
-	var l latencies
-	assert.Zero(t, l.quantile(0.99))
-	for i := 100; i >= 1; i-- {
-		l.add(time.Duration(i) * time.Millisecond)
-	}
-	assert.Equal(t, 50*time.Millisecond, l.quantile(0.5))
-	assert.Equal(t, 99*time.Millisecond, l.quantile(0.99))
-	assert.Equal(t, 100*time.Millisecond, l.quantile(1))
-}
-
 func TestCPUTimeAndMemoryOfThisProcessAreRead(t *testing.T) {
 	var cpu time.Duration
 	var err error

@@ -1,0 +1,187 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"flowstate/codec"
+	"flowstate/flowstate"
+	"flowstate/protocol"
+)
+
+// deltaQueue bounds the deltas waiting while the loop body runs; past it
+// the client library drops them, and the next delta's base tells Watch to
+// take a snapshot.
+const deltaQueue = 1024
+
+// watchDeltas follows <prefix>.state.delta (v2) until the loop or ctx
+// ends. It reports fallback when WatchAuto found a worker that predates v2
+// (its snapshot came in one message without Flow-State-Chunk): the caller
+// then follows <prefix>.state; nothing was yielded but errors.
+func (c *Client) watchDeltas(ctx context.Context, yield func(State, error) bool) (fallback bool) {
+	msgs := make(chan *nats.Msg, deltaQueue)
+	sub, err := c.nc.ChanSubscribe(c.deltaSubject, msgs)
+	if err != nil {
+		yield(State{}, fmt.Errorf("client: watch %s: %w", c.deltaSubject, err))
+		return false
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	reconnected := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(reconnected)
+	w := &deltaWatch{c: c, ctx: ctx, yield: yield, msgs: msgs,
+		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
+	s, chunked, ok := retrySnapshot(ctx, c, w.closed, yield, c.deltaSubject)
+	if !ok {
+		return false
+	}
+	if !chunked && c.watchMode == WatchAuto {
+		return true
+	}
+	if w.emitSnapshot(s) {
+		w.run()
+	}
+	return false
+}
+
+// deltaWatch is one run of a Watch loop that follows deltas.
+type deltaWatch struct {
+	c           *Client
+	ctx         context.Context
+	yield       func(State, error) bool
+	msgs        <-chan *nats.Msg
+	closed      <-chan nats.SubStatus
+	reconnected <-chan nats.Status
+
+	cur   State            // the state yielded last; its Value is updated in place
+	has   bool             // cur was yielded
+	flows []flowstate.Flow // the last delta's flows, reused
+}
+
+// run applies the deltas until the loop or ctx ends.
+func (w *deltaWatch) run() {
+	for {
+		var msg *nats.Msg
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-w.closed:
+			w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.deltaSubject, nats.ErrConnectionClosed))
+			return
+		case <-w.reconnected:
+			// Deltas published while the connection was down are lost.
+			if !w.resync() {
+				return
+			}
+			continue
+		case msg = <-w.msgs:
+		}
+		v, err := parseVersion(msg.Header)
+		if err != nil {
+			continue // not the worker's
+		}
+		if v.Epoch == w.cur.Epoch && v.Revision <= w.cur.Revision {
+			continue // stale or a duplicate
+		}
+		applied, goOn := w.apply(msg, v)
+		if !goOn || (!applied && !w.resync()) {
+			return
+		}
+	}
+}
+
+// apply applies the delta msg of version v and yields the state, if its
+// base is the current state. applied is false when it cannot be applied
+// (then a snapshot tells what is current); goOn is false when the loop
+// ended.
+func (w *deltaWatch) apply(msg *nats.Msg, v flowstate.Version) (applied, goOn bool) {
+	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
+	// A delta lists every flow changed since base with its entry now, so
+	// it brings any state between base and its revision to its revision:
+	// a snapshot taken between two deltas (its revision ahead of the next
+	// delta's base) goes on with deltas instead of taking snapshot after
+	// snapshot while reports keep coming.
+	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
+		v.Epoch != w.cur.Epoch || base > w.cur.Revision {
+		return false, true
+	}
+	bodyBase, flows, err := codec.DecodeDelta(msg.Data, w.flows)
+	if err != nil || bodyBase != base {
+		return false, true
+	}
+	w.flows = flows
+	applyFlows(w.cur.Value, flows)
+	w.cur.Version, w.cur.EpochChanged, w.cur.Changed = v, false, flows
+	return true, w.yield(w.cur, nil)
+}
+
+// resync takes a snapshot and yields it if it is news; it reports whether
+// to go on.
+func (w *deltaWatch) resync() bool {
+	s, _, ok := retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.deltaSubject)
+	return ok && w.emitSnapshot(s)
+}
+
+// emitSnapshot makes snapshot s current and yields it, unless it is not
+// newer than the current state; it reports whether to go on.
+func (w *deltaWatch) emitSnapshot(s State) bool {
+	switch {
+	case !w.has:
+	case s.Epoch != w.cur.Epoch:
+		s.EpochChanged = true
+	case s.Revision <= w.cur.Revision:
+		return true // never backwards: a get served by a lagging worker
+	}
+	s.Changed = changedFlows(w.cur.Value, s.Value)
+	w.cur, w.has = s, true
+	return w.yield(s, nil)
+}
+
+// applyFlows applies a delta's flows to v.
+func applyFlows(v flowstate.FlowStateValue, flows []flowstate.Flow) {
+	for i := range flows {
+		f := &flows[i]
+		if f.Has&flowstate.HasStateSize != 0 {
+			v.StateSize[f.ID] = f.StateSize
+		} else {
+			delete(v.StateSize, f.ID)
+		}
+		if f.Has&flowstate.HasLastExecTime != 0 {
+			v.LastExecTimeMap[f.ID] = f.LastExecTime
+		} else {
+			delete(v.LastExecTimeMap, f.ID)
+		}
+		if f.Has&flowstate.HasStartTime != 0 {
+			v.StartTimeMap[f.ID] = f.StartTime
+		} else {
+			delete(v.StartTimeMap, f.ID)
+		}
+	}
+}
+
+// changedFlows returns the flows of cur whose entry differs from old, and a
+// flow with Has == 0 for each flow of old that cur lacks, sorted by ID.
+func changedFlows(old, cur flowstate.FlowStateValue) []flowstate.Flow {
+	a, b := old.Flows(), cur.Flows()
+	var out []flowstate.Flow
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].ID < b[j].ID):
+			out = append(out, flowstate.Flow{ID: a[i].ID})
+			i++
+		case i == len(a) || b[j].ID < a[i].ID:
+			out = append(out, b[j])
+			j++
+		default:
+			if a[i] != b[j] {
+				out = append(out, b[j])
+			}
+			i++
+			j++
+		}
+	}
+	return out
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"flowstate/consumer"
+	"flowstate/flowstate"
+	"flowstate/kv"
+	"flowstate/kv/jetstream"
+)
+
+// jetStreamStartTimeout bounds the wait for JetStream at start-up.
+const jetStreamStartTimeout = 15 * time.Second
+
+// openState returns the state of the configured backend: a Manager on an
+// in-memory store, or a Replica of a JetStream bucket that the workers
+// share. The Replica runs from here, so that its watch has read the bucket
+// before the worker serves, until stopState.
+func (m *Main) openState() (consumer.State, error) {
+	if m.Config.KV != "jetstream" {
+		m.store = kv.NewMemory()
+		m.state = flowstate.NewManager(m.store, flowstate.Options{
+			DeferAggregateWrite: m.Config.PublishInterval > 0,
+			Limits:              m.Config.limits(),
+		})
+		return m.state, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
+	defer cancel()
+	cfg := m.Config.jetStreamConfig()
+	cfg.Logger = m.Log
+	js, err := jetstream.Open(ctx, m.nc.Conn, cfg)
+	if errors.Is(err, jetstream.ErrServerTooOld) {
+		return nil, fmt.Errorf("--kv jetstream: %w", err)
+	}
+	if errors.Is(err, jetstream.ErrIncompatibleBucket) {
+		return nil, fmt.Errorf("--kv jetstream: %w (delete the bucket, or give --kv-replicas and --kv-storage its settings)", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
+	}
+	m.store = js
+	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{
+		ID: workerID(), Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged,
+	})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	m.mgr, m.state, m.replicaStop, m.replicaDone = replica, replica, stop, make(chan error, 1)
+	go func() { m.replicaDone <- replica.Run(runCtx) }()
+	if err := replica.WaitLoaded(ctx); err != nil {
+		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err) // Close stops the replica
+	}
+	return replica, nil
+}
+
+// stateChanged is the replica's OnChange: the worker publishes.
+func (m *Main) stateChanged() {
+	if w := m.workerRef.Load(); w != nil {
+		w.Changed()
+	}
+}
+
+// watchReplica is the replica's actor: it fails the group if the replica
+// stops following the store. stopState stops the replica.
+func (m *Main) watchReplica(ctx context.Context) error {
+	if m.replicaDone == nil {
+		<-ctx.Done()
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-m.replicaDone:
+		m.replicaDone <- err
+		if err == nil {
+			err = errors.New("it stopped")
+		}
+		return fmt.Errorf("the shared state no longer follows the store: %w", err)
+	}
+}
+
+// stopReplica ends the replica's Run, which hands the publisher lease over
+// to another worker, and waits for it under ctx.
+func (m *Main) stopReplica(ctx context.Context) error {
+	if m.replicaStop == nil {
+		return nil
+	}
+	m.replicaStop()
+	m.replicaStop = nil
+	select {
+	case err := <-m.replicaDone:
+		m.replicaDone <- err
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("stop the shared state: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,207 @@
+package main
+
+// The acked scenarios compare the state backends under the same load:
+// 1,000 nodes x 10 flows, 256 acknowledged reports in flight (issue 10).
+// They are not in --scenarios all until the pipelined JetStream backend
+// lands; name them (--scenarios acked,js-r1,js-r3) to run them.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"flowstate/internal/loadgen"
+)
+
+// backend is where an acked scenario's state lives.
+type backend struct {
+	servers    int      // nats-servers of their own, with JetStream: 0 (the shared one), 1, or a cluster of 3
+	workers    int      // workers in the queue group
+	workerArgs []string // the backend's worker flags
+}
+
+// ackedInFlight is the window of the acked scenarios.
+const ackedInFlight = 256
+
+// The acked scenarios; acked is the memory backend they are compared with.
+var ackedScenarios = []scenario{
+	{name: "acked", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{workers: 1}},
+	{name: "js-r1", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 1, workers: 1,
+		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "memory", "--kv-replicas", "1"}}},
+	{name: "js-r3", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 3, workers: 3,
+		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "file", "--kv-replicas", "3"}}},
+}
+
+// ackedResult is one run of an acked scenario.
+type ackedResult struct {
+	res   loadgen.Result
+	check aggCheck
+}
+
+// runAcked starts the scenario's servers and workers, sends acked reports
+// for --duration, and checks the final aggregate: it must be exact.
+func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, err error) {
+	b := sc.backend
+	urls := []string{lt.natsURL}
+	if b.servers > 0 {
+		var stop func() error
+		urls, stop, err = lt.startJetStream(ctx, b.servers)
+		if err != nil {
+			return r, err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
+	for range b.workers {
+		w, err := startWorker(ctx, lt.bins.Worker, strings.Join(urls, ","), b.workerArgs...)
+		if err != nil {
+			return r, err
+		}
+		defer func() { err = errors.Join(err, lt.stopWorker(w)) }()
+	}
+	nc, err := connect(urls[0], "loadtest-acked")
+	if err != nil {
+		return r, err
+	}
+	defer nc.Close()
+	g, err := loadgen.New(nc, loadgen.Config{Nodes: sc.nodes, Flows: sc.flows, Duration: lt.cfg.duration,
+		InFlight: ackedInFlight, Timeout: requestTimeout})
+	if err != nil {
+		return r, err
+	}
+	r.res = g.Run(ctx)
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	r.check, err = checkAggregate(ctx, g, 0)
+	return r, err
+}
+
+// startJetStream starts n nats-servers with JetStream, each with a store
+// of its own, as one cluster when n > 1, and waits until JetStream answers.
+// stop stops them and removes the stores.
+func (lt *loadTest) startJetStream(ctx context.Context, n int) (urls []string, stop func() error, err error) {
+	dir, err := os.MkdirTemp("", "flowstate-loadtest-js-")
+	if err != nil {
+		return nil, nil, err
+	}
+	var procs []*process
+	stop = func() error {
+		var errs []error
+		for _, p := range procs {
+			errs = append(errs, p.stop(syscall.SIGTERM))
+		}
+		errs = append(errs, os.RemoveAll(dir))
+		return errors.Join(errs...)
+	}
+	routes := make([]string, n)
+	for i := range routes {
+		port, err := freePort()
+		if err != nil {
+			return nil, nil, errors.Join(err, stop())
+		}
+		routes[i] = "nats://127.0.0.1:" + strconv.Itoa(port)
+	}
+	for i := range n {
+		args := []string{"-js", "-sd", fmt.Sprintf("%s/s%d", dir, i), "-n", fmt.Sprintf("s%d", i)}
+		if n > 1 {
+			others := append(append([]string{}, routes[:i]...), routes[i+1:]...)
+			args = append(args, "--cluster_name", "flowstate", "--cluster", routes[i], "--routes", strings.Join(others, ","))
+		}
+		p, url, err := startNATS(ctx, lt.bins.NATSServer, args...)
+		if err != nil {
+			return nil, nil, errors.Join(err, stop())
+		}
+		procs = append(procs, p)
+		urls = append(urls, url)
+	}
+	if err := waitJetStream(ctx, urls[0]); err != nil {
+		return nil, nil, errors.Join(err, stop())
+	}
+	return urls, stop, nil
+}
+
+// jetStreamTimeout bounds the wait for a cluster's JetStream meta leader.
+const jetStreamTimeout = 30 * time.Second
+
+// waitJetStream waits until JetStream answers an account info request on
+// url, up to jetStreamTimeout.
+func waitJetStream(ctx context.Context, url string) error {
+	nc, err := connect(url, "loadtest-js-probe")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(jetStreamTimeout)
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := js.AccountInfo(actx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case time.Now().After(deadline):
+			return fmt.Errorf("JetStream on %s not ready within %v: %w", url, jetStreamTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ackedTargets are the targets of issue 10, when an acked scenario ran.
+func ackedTargets(find func(string) []runResult) []target {
+	mem := find("acked")
+	if len(mem) == 0 && len(find("js-r1")) == 0 && len(find("js-r3")) == 0 {
+		return nil
+	}
+	var out []target
+	for _, tc := range []struct {
+		name, scenario string
+		min            float64
+		p99            time.Duration // 0: no latency target
+	}{
+		{"JetStream R1 memory, 1 worker: acked rate >= 0.5x memory, ack p99 < 50 ms", "js-r1", 0.5, 50 * time.Millisecond},
+		{"JetStream R3 file, 3 servers, 3 workers: acked rate >= 0.2x memory", "js-r3", 0.2, 0},
+	} {
+		t := target{name: tc.name}
+		runs := find(tc.scenario)
+		if len(runs) > 0 && len(mem) > 0 {
+			js, m := over(runs, appliedRate), over(mem, appliedRate)
+			ratio := spread{med: js.med / m.med, min: js.min / m.max, max: js.max / m.min, n: min(js.n, m.n)}
+			p99 := over(runs, ackP99)
+			met := ratio.med >= tc.min && (tc.p99 == 0 || p99.med < tc.p99.Seconds())
+			t.verdict = verdict(met, ratio, tc.min)
+			t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; ack p99 %s (%s..%s); exact in %d of %d runs",
+				ratio.med, ratio.min, ratio.max, count(js.med), count(m.med), durF(p99.med), durF(p99.min), durF(p99.max),
+				exactRuns(runs), len(runs))
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// exactRuns counts the runs whose final aggregate was checked exact.
+func exactRuns(runs []runResult) int {
+	n := 0
+	for _, r := range runs {
+		if c := r.check(); c != nil && c.exact {
+			n++
+		}
+	}
+	return n
+}

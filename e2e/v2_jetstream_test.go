@@ -1,0 +1,56 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	fsclient "flowstate/client"
+	"flowstate/codec"
+)
+
+// TestJetStreamWatchFollowsDeltasAcrossAPublisherChange watches three
+// workers that share a JetStream state with client.Watch (deltas and
+// chunked gets, whichever worker answers) while reports come from 50 nodes
+// and two of the workers are killed, the publisher possibly among them: a
+// new publisher's deltas make the watch resync, and it ends on the final
+// state, never yielding a state twice or going back.
+func TestJetStreamWatchFollowsDeltasAcrossAPublisherChange(t *testing.T) {
+	t.Parallel()
+	srv := startJetStreamServer(t)
+	ws := startJSWorkers(t, srv.URL, 3, "--publish-interval", "10ms")
+	c := newClient(t, ws[0])
+	nc := connect(t, srv.URL, nats.MaxReconnects(-1))
+	fc, err := fsclient.New(nc, fsclient.Options{Timeout: deltaWait, WatchMode: fsclient.WatchV2})
+	require.NoError(t, err)
+
+	states := startStateWatch(t, fc)
+	first := nextState(t, states)
+
+	r := startReporters(t, c, 50, 20*time.Millisecond)
+	r.awaitAcks(200, 30*time.Second)
+	ws[0].Kill()
+	r.awaitAcks(200, 30*time.Second)
+	ws[1].Kill()
+	r.awaitAcks(200, 30*time.Second)
+	r.stopAndWait()
+	final := requireConverged(t, c, r.want(), 5)
+	want := canonicalMsgpack(r.want())
+
+	last := first
+	n := 1
+	for last.Epoch != final.Epoch || last.Revision < final.Revision {
+		s := nextState(t, states)
+		n++
+		if s.Epoch == last.Epoch {
+			require.Greater(t, s.Revision, last.Revision, "never twice, never backwards")
+		}
+		last = s
+	}
+	assert.Equal(t, final.Revision, last.Revision)
+	assert.Equal(t, want, codec.AppendAggregate(nil, last.Value.Flows()), "the watch ends on the final state")
+	t.Logf("%d states yielded for %d acked reports", n, r.acked())
+}

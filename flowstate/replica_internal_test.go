@@ -124,3 +124,29 @@ func TestReplicaIgnoresWhatNoWorkerWrites(t *testing.T) {
 	assert.Equal(t, map[FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(1), rev)
 }
+
+// TestReplicaDeltaWhileCatchingUp: while the served state is held, a delta
+// says that nothing changed since the last one; once the watch is exact, it
+// carries everything since.
+func TestReplicaDeltaWhileCatchingUp(t *testing.T) {
+	f := newTestReplica(t)
+	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+	f.apply(put(1, 1, true, 10))
+	d, err := f.Delta(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), d.Revision)
+
+	f.apply(put(2, 2, true, 20))
+	f.apply(put(3, 5, false, 30)) // held: 2 stays served
+	d, err = f.Delta(context.Background(), d.Flows)
+	require.NoError(t, err)
+	assert.Equal(t, Delta{Version: Version{Epoch: "e1", Revision: 1}, Base: 1, Flows: []Flow{}}, d)
+
+	f.apply(put(1, 6, true, 11))
+	d, err = f.Delta(context.Background(), d.Flows)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), d.Base)
+	assert.Equal(t, uint64(6), d.Revision)
+	assert.Equal(t, []FlowID{1, 2, 3}, []FlowID{d.Flows[0].ID, d.Flows[1].ID, d.Flows[2].ID})
+}

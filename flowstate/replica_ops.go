@@ -271,7 +271,8 @@ func (r *Replica) Sync(ctx context.Context) error {
 // Delta of this epoch, with dst's memory, as Manager.Delta does. Its first
 // Delta after this worker became the publisher, or after the watch read
 // the store again, asks clients to resync. While the watch is catching up
-// (the served state is held), it returns no change.
+// (the served state is held), it returns no change: the previous delta's
+// version, as Base and as Version.
 func (r *Replica) Delta(_ context.Context, dst []Flow) (Delta, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -280,6 +281,9 @@ func (r *Replica) Delta(_ context.Context, dst []Flow) (Delta, error) {
 	}
 	d := Delta{Version: Version{Epoch: r.epoch, Revision: r.rev}, Base: r.deltaBase, Flows: dst[:0]}
 	if r.frozen {
+		// What changed is taken once the watch is exact again: until then,
+		// no change since the last delta.
+		d.Revision = r.deltaBase
 		return d, nil
 	}
 	takeDelta(r.agg, &d, dst, r.resync)

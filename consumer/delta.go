@@ -18,13 +18,6 @@ type deltaSource interface {
 	Delta(ctx context.Context, dst []flowstate.Flow) (flowstate.Delta, error)
 }
 
-// servedSnapshotter is implemented by a state driver whose change tracking
-// must see the states served to gets (the temporary flowstate.Manager.Delta
-// diffs snapshots): the worker takes the snapshots it serves with it.
-type servedSnapshotter interface {
-	SnapshotServed(ctx context.Context, dst []flowstate.Flow) (flowstate.Snapshot, error)
-}
-
 // v2State is the worker's state for <prefix>.state.delta. Its fields are
 // guarded by Worker.pubMu, as publishState runs under it.
 type v2State struct {

@@ -127,13 +127,7 @@ func (w *Worker) refreshLocked(ctx context.Context, v flowstate.Version) error {
 	if c.valid && c.version == v {
 		return nil
 	}
-	var s flowstate.Snapshot
-	var err error
-	if ss, ok := any(w.mgr).(servedSnapshotter); ok {
-		s, err = ss.SnapshotServed(ctx, c.flows)
-	} else {
-		s, err = w.mgr.Snapshot(ctx, c.flows)
-	}
+	s, err := w.mgr.Snapshot(ctx, c.flows)
 	if err != nil {
 		return err
 	}

@@ -115,7 +115,6 @@ type Replica struct {
 	deltaBase   uint64        // revision of the last Delta in epoch
 	resync      bool          // the next Delta must make clients resync
 	spare       []Flow
-	index       map[FlowID]int
 }
 
 // replicaNode is what a Replica keeps of a node beside its report.
@@ -141,7 +140,6 @@ func NewReplica(store kv.Shared, opts ReplicaOptions) (*Replica, error) {
 		agg:      NewAggregate(),
 		nodes:    make(map[uint64]*replicaNode),
 		advanced: make(chan struct{}),
-		index:    make(map[FlowID]int),
 	}, nil
 }
 
@@ -345,13 +343,13 @@ func (r *Replica) applyNodeLocked(ev kv.Event) {
 	}
 	r.spare = r.spare[:0]
 	if ev.Op == kv.OpPut {
-		v, err := DecodeValue(ev.Value)
+		flows, err := AppendValueFlows(r.spare, ev.Value)
 		if err != nil {
 			r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
 				slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))
 			return
 		}
-		r.spare = v.appendFlows(r.spare, r.index)
+		r.spare = flows
 	}
 	r.nodeRev = ev.Revision.Seq
 	if ev.Op == kv.OpDelete {

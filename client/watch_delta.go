@@ -55,12 +55,16 @@ type deltaWatch struct {
 	closed      <-chan nats.SubStatus
 	reconnected <-chan nats.Status
 
-	cur   State            // the state yielded last; its Value is updated in place
-	has   bool             // cur was yielded
-	flows []flowstate.Flow // the last delta's flows, reused
+	cur     State            // the state yielded last, or being built; its Value is updated in place
+	has     bool             // a state was yielded
+	dirty   bool             // deltas changed cur since it was yielded
+	flows   []flowstate.Flow // the last delta's flows, reused
+	changed []flowstate.Flow // the flows changed since cur was yielded
 }
 
-// run applies the deltas until the loop or ctx ends.
+// run applies the deltas until the loop or ctx ends. The deltas that
+// queued up while the loop body ran are applied together and yielded as
+// one state, so a slow loop gets the newest state, not every one.
 func (w *deltaWatch) run() {
 	for {
 		var msg *nats.Msg
@@ -78,25 +82,28 @@ func (w *deltaWatch) run() {
 			continue
 		case msg = <-w.msgs:
 		}
-		v, err := parseVersion(msg.Header)
-		if err != nil {
-			continue // not the worker's
+		w.changed = w.changed[:0]
+		ok := w.apply(msg)
+		for ok && len(w.msgs) > 0 {
+			ok = w.apply(<-w.msgs)
 		}
-		if v.Epoch == w.cur.Epoch && v.Revision <= w.cur.Revision {
-			continue // stale or a duplicate
-		}
-		applied, goOn := w.apply(msg, v)
-		if !goOn || (!applied && !w.resync()) {
+		// What was applied is a state of its own: yield it before any
+		// snapshot, so that Changed stays exact.
+		if !w.yieldCurrent() || (!ok && !w.resync()) {
 			return
 		}
 	}
 }
 
-// apply applies the delta msg of version v and yields the state, if its
-// base is the current state. applied is false when it cannot be applied
-// (then a snapshot tells what is current); goOn is false when the loop
-// ended.
-func (w *deltaWatch) apply(msg *nats.Msg, v flowstate.Version) (applied, goOn bool) {
+// apply applies the delta msg to the current state if its base allows it;
+// it reports false when it cannot be applied (then a snapshot tells what
+// is current). A stale or foreign message counts as applied: it changes
+// nothing.
+func (w *deltaWatch) apply(msg *nats.Msg) bool {
+	v, err := parseVersion(msg.Header)
+	if err != nil || (v.Epoch == w.cur.Epoch && v.Revision <= w.cur.Revision) {
+		return true // not the worker's, stale or a duplicate
+	}
 	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
 	// A delta lists every flow changed since base with its entry now, so
 	// it brings any state between base and its revision to its revision:
@@ -105,16 +112,54 @@ func (w *deltaWatch) apply(msg *nats.Msg, v flowstate.Version) (applied, goOn bo
 	// snapshot while reports keep coming.
 	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
 		v.Epoch != w.cur.Epoch || base > w.cur.Revision {
-		return false, true
+		return false
 	}
 	bodyBase, flows, err := codec.DecodeDelta(msg.Data, w.flows)
 	if err != nil || bodyBase != base {
-		return false, true
+		return false
 	}
 	w.flows = flows
 	applyFlows(w.cur.Value, flows)
-	w.cur.Version, w.cur.EpochChanged, w.cur.Changed = v, false, flows
-	return true, w.yield(w.cur, nil)
+	w.changed = mergeChanged(w.changed, flows)
+	w.cur.Version, w.cur.EpochChanged = v, false
+	w.dirty = true
+	return true
+}
+
+// yieldCurrent yields the current state if deltas changed it since it was
+// last yielded; it reports whether to go on.
+func (w *deltaWatch) yieldCurrent() bool {
+	if !w.dirty {
+		return true
+	}
+	w.dirty = false
+	w.cur.Changed = w.changed
+	return w.yield(w.cur, nil)
+}
+
+// mergeChanged returns the union of acc and flows, both sorted by ID,
+// with the entries of flows winning.
+func mergeChanged(acc, flows []flowstate.Flow) []flowstate.Flow {
+	if len(acc) == 0 {
+		return append(acc, flows...)
+	}
+	out := make([]flowstate.Flow, 0, len(acc)+len(flows))
+	i, j := 0, 0
+	for i < len(acc) || j < len(flows) {
+		switch {
+		case j == len(flows) || (i < len(acc) && acc[i].ID < flows[j].ID):
+			out = append(out, acc[i])
+			i++
+		case i == len(acc) || flows[j].ID < acc[i].ID:
+			out = append(out, flows[j])
+			j++
+		default:
+			out = append(out, flows[j])
+			i++
+			j++
+		}
+	}
+	return out
 }
 
 // resync takes a snapshot and yields it if it is news; it reports whether
@@ -135,7 +180,7 @@ func (w *deltaWatch) emitSnapshot(s State) bool {
 		return true // never backwards: a get served by a lagging worker
 	}
 	s.Changed = changedFlows(w.cur.Value, s.Value)
-	w.cur, w.has = s, true
+	w.cur, w.has, w.dirty = s, true, false
 	return w.yield(s, nil)
 }
 

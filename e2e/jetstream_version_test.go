@@ -176,10 +176,11 @@ func TestWorkerWithJetStreamExitsWhenTheStreamLeaderIsOlderThan2_11(t *testing.T
 
 // createPlacedBucket creates bucket on the cluster member tagged tag, with
 // the settings a worker gives it, once JetStream has elected its meta
-// leader.
+// leader. A two-server cluster elects it only when both servers answer in
+// time, which on a loaded machine may take a few rounds.
 func createPlacedBucket(t testing.TB, js jetstream.JetStream, bucket, tag string) {
 	t.Helper()
-	deadline := time.Now().Add(3 * startTimeout)
+	deadline := time.Now().Add(9 * startTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), requestTimeout)
 		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"flowstate/client"
@@ -25,6 +27,7 @@ var snapshotScenario = scenario{name: "snapshot", kind: kindSnapshot, nodes: 100
 type getCost struct {
 	elapsed   time.Duration
 	workerCPU time.Duration // the worker's utime+stime meanwhile
+	readerCPU time.Duration // the reader's: this program's, or worker get's
 	chunks    uint64        // flowstate_chunks_sent_total meanwhile
 }
 
@@ -36,15 +39,14 @@ func (g getCost) cpuPerChunk() time.Duration {
 }
 
 func (g getCost) String() string {
-	return fmt.Sprintf("%s, %d chunks, worker CPU %s = %s/chunk", secs(g.elapsed), g.chunks, secs(g.workerCPU), dur(g.cpuPerChunk()))
+	return fmt.Sprintf("%s, %d chunks, worker CPU %s = %s/chunk, reader CPU %s", secs(g.elapsed), g.chunks, secs(g.workerCPU), dur(g.cpuPerChunk()), secs(g.readerCPU))
 }
 
 // snapshotResult is one run of the snapshot scenario.
 type snapshotResult struct {
 	flows       int     // in the state read
 	first, next getCost // client.Get of a new state, then of the same state
-	cli         getCost // `worker get`, printing the table to /dev/null
-	cliCPU      time.Duration
+	cli         getCost // `worker get`, its table discarded
 	check       aggCheck
 }
 
@@ -67,7 +69,8 @@ func measureSnapshot(ctx context.Context, w *workerProc, workerBin, url string, 
 	if err != nil {
 		return r, err
 	}
-	measure := func(get func() error) (getCost, error) {
+	// get returns the reader's CPU time if it is not this program.
+	measure := func(get func() (time.Duration, error)) (getCost, error) {
 		c0, err := scrapeChunks(ctx, w.metricsAddr)
 		if err != nil {
 			return getCost{}, err
@@ -76,22 +79,27 @@ func measureSnapshot(ctx context.Context, w *workerProc, workerBin, url string, 
 		if err != nil {
 			return getCost{}, err
 		}
+		self0 := selfCPU()
 		start := time.Now()
-		if err := get(); err != nil {
+		reader, err := get()
+		if err != nil {
 			return getCost{}, err
 		}
 		elapsed := time.Since(start)
+		if reader == 0 {
+			reader = selfCPU() - self0
+		}
 		cpu1, err := cpuTime(w.pid())
 		if err != nil {
 			return getCost{}, err
 		}
 		c1, err := scrapeChunks(ctx, w.metricsAddr)
-		return getCost{elapsed: elapsed, workerCPU: cpu1 - cpu0, chunks: c1 - c0}, err
+		return getCost{elapsed: elapsed, workerCPU: cpu1 - cpu0, readerCPU: reader, chunks: c1 - c0}, err
 	}
-	clientGet := func() error {
+	clientGet := func() (time.Duration, error) {
 		s, err := cl.Get(ctx)
 		r.flows = len(s.Value.StateSize)
-		return err
+		return 0, err
 	}
 	if r.first, err = measure(clientGet); err != nil {
 		return r, fmt.Errorf("client.Get: %w", err)
@@ -99,20 +107,29 @@ func measureSnapshot(ctx context.Context, w *workerProc, workerBin, url string, 
 	if r.next, err = measure(clientGet); err != nil {
 		return r, fmt.Errorf("client.Get again: %w", err)
 	}
-	r.cli, err = measure(func() error {
+	r.cli, err = measure(func() (time.Duration, error) {
 		cmd := exec.CommandContext(ctx, workerBin, "get", "--nats-url", url, "--timeout", strconv.Itoa(int(2*requestTimeout/time.Second))+"s")
-		out, err := cmd.CombinedOutput() // the table: tens of MB
-		if err != nil {
-			return fmt.Errorf("worker get: %w: %.500s", err, out)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr // stdout, the table of tens of MB, goes to /dev/null
+		if err := cmd.Run(); err != nil {
+			return 0, fmt.Errorf("worker get: %w: %.500s", err, stderr.String())
 		}
-		r.cliCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-		return nil
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 	})
 	if err != nil {
 		return r, err
 	}
 	r.check, err = checkAggregate(ctx, g, 0)
 	return r, err
+}
+
+// selfCPU returns this program's utime+stime.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // scrapeChunks reads flowstate_chunks_sent_total from the worker.
@@ -123,8 +140,8 @@ func scrapeChunks(ctx context.Context, addr string) (uint64, error) {
 
 // String is a run's line in the progress log.
 func (r snapshotResult) String() string {
-	return fmt.Sprintf("%d flows; client.Get %s; again %s; worker get %s (its own CPU %s); aggregate %s",
-		r.flows, r.first, r.next, r.cli, secs(r.cliCPU), r.check)
+	return fmt.Sprintf("%d flows; client.Get %s; again %s; worker get %s; aggregate %s",
+		r.flows, r.first, r.next, r.cli, r.check)
 }
 
 // snapshotTargets is issue 12's large-state target, when the snapshot
@@ -151,8 +168,8 @@ func snapshotTargets(find func(string) []runResult) []target {
 		return []target{t}
 	}
 	last := runs[len(runs)-1].snapshot
-	t.detail = fmt.Sprintf("client.Get %s (again %s), worker get %s; worker CPU %s/chunk (%s/chunk for a state already split), %d chunks",
-		durF(spreadOf(first).med), durF(spreadOf(next).med), durF(spreadOf(cli).med),
+	t.detail = fmt.Sprintf("client.Get %s (again %s; its CPU %s), worker get %s; worker CPU %s/chunk (%s/chunk for a state already split), %d chunks",
+		durF(spreadOf(first).med), durF(spreadOf(next).med), secs(last.next.readerCPU), durF(spreadOf(cli).med),
 		dur(last.first.cpuPerChunk()), dur(last.next.cpuPerChunk()), last.first.chunks)
 	return []target{t}
 }

@@ -47,8 +47,8 @@ test: vet js-deps rules-test
 # Go benchmarks of the hot paths and of the latency recorder, then the
 # end-to-end load test against a real nats-server and worker (LOADTEST_ARGS,
 # e.g. --runs 5; see docs/performance.md); the load test prints both in one
-# summary. The scenarios of the JetStream backend and of delta updates run
-# only when named: LOADTEST_ARGS='--scenarios all,acked,js-r1,js-r3,delta'
+# summary. The scenarios of the JetStream backend and of the 1,000,000-flow
+# snapshot run only when named: LOADTEST_ARGS='--scenarios all,acked,js-r1,js-r3,snapshot'
 # (go run ./e2e/loadtest --help lists them).
 LOADTEST_ARGS ?=
 

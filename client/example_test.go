@@ -158,3 +158,44 @@ func ExampleClient_Watch() {
 	// revision 3: 2 flows, changed [2] (new epoch: false)
 	// revision 5: 3 flows, changed [3] (new epoch: false)
 }
+
+// A frontend follows the aggregate through deltas (protocol v2, what Watch
+// does against a v2 worker): each state carries the flows that changed,
+// and its Value is the whole aggregate, kept up to date. Here the flownode
+// reports once after each state the frontend sees.
+func ExampleClient_Watch_deltas() {
+	nc, stop := demo(consumer.Config{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(nc, client.Options{})
+	if err != nil {
+		panic(err)
+	}
+
+	sizes := []uint64{1024, 2048} // the flownode's next reports of flow 1
+	for s, err := range c.Watch(ctx) {
+		if err != nil {
+			fmt.Println(err) // no worker yet: Watch retries
+			continue
+		}
+		for _, f := range s.Changed { // Has == 0: the flow left
+			fmt.Println(f.ID, f.StateSize, f.LastExecTime)
+		}
+		// s.Value is the whole aggregate, updated in place: s.Clone() to keep it.
+		if len(sizes) == 0 {
+			break
+		}
+		r := client.Report{NodeID: 1, Value: flowstate.FlowStateValue{
+			StateSize:       map[flowstate.FlowID]uint64{1: sizes[0]},
+			LastExecTimeMap: map[flowstate.FlowID]int64{1: 1700000000000 + int64(sizes[0])},
+		}}
+		sizes = sizes[1:]
+		if _, err := c.Send(ctx, r); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// 1 1024 1700000001024
+	// 1 2048 1700000002048
+}

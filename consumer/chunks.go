@@ -38,7 +38,9 @@ func (w *Worker) serveChunkedGet(ctx context.Context, req micro.Request) error {
 		if err != nil {
 			return fmt.Errorf("%w: chunk %d of %d: %w", micro.ErrRespond, i+1, len(chunks), err)
 		}
+		w.stats.chunksSent.Add(1)
 	}
+	w.stats.chunkedGets.Add(1)
 	return nil
 }
 

@@ -21,11 +21,9 @@ type deltaSource interface {
 // v2State is the worker's state for <prefix>.state.delta. Its fields are
 // guarded by Worker.pubMu, as publishState runs under it.
 type v2State struct {
-	flows     []flowstate.Flow  // the last delta's flows, reused
-	buf       []byte            // the last delta's body, reused
-	last      flowstate.Version // of the last delta published
-	published uint64            // deltas published
-	resyncs   uint64            // of which resync deltas
+	flows []flowstate.Flow  // the last delta's flows, reused
+	buf   []byte            // the last delta's body, reused
+	last  flowstate.Version // of the last delta published
 	// notPublisher is set while another worker of a shared store publishes:
 	// deltas were published that this worker did not track, so its next
 	// delta is a resync.
@@ -72,8 +70,9 @@ func (w *Worker) publishDeltaLocked(ctx context.Context) {
 		return
 	}
 	w.v2.last, w.v2.notPublisher = d.Version, false
-	w.v2.published++
+	w.stats.deltas.Add(1)
+	w.stats.deltaBytes.Store(int64(len(w.v2.buf)))
 	if d.Resync {
-		w.v2.resyncs++
+		w.stats.deltaResyncs.Add(1)
 	}
 }

@@ -37,6 +37,13 @@ type Stats struct {
 	// next heartbeat heals the state.
 	DroppedAtShutdown uint64
 
+	// Protocol v2.
+	DeltasPublished uint64 // deltas published on <prefix>.state.delta, resyncs included
+	DeltaResyncs    uint64 // of which resync deltas (Flow-State-Resync: 1)
+	DeltaBytes      int    // body size of the last delta published
+	ChunkedGets     uint64 // gets answered in chunks (Flow-State-Chunks: 1)
+	ChunksSent      uint64 // chunks sent answering them
+
 	// The state now.
 	Revision       uint64 // current revision
 	Nodes, Flows   int    // nodes and flows in the aggregate
@@ -51,6 +58,9 @@ type counters struct {
 	evicted                            atomic.Uint64
 	endpointOverflows, droppedAtStop   atomic.Uint64
 	aggregateBytes                     atomic.Int64
+	deltas, deltaResyncs               atomic.Uint64
+	deltaBytes                         atomic.Int64
+	chunkedGets, chunksSent            atomic.Uint64
 
 	mu            sync.Mutex // guards byReason and requestErrors
 	byReason      map[string]uint64
@@ -106,5 +116,10 @@ func (c *counters) snapshot() Stats {
 		EndpointOverflows: c.endpointOverflows.Load(),
 		DroppedAtShutdown: c.droppedAtStop.Load(),
 		AggregateBytes:    int(c.aggregateBytes.Load()),
+		DeltasPublished:   c.deltas.Load(),
+		DeltaResyncs:      c.deltaResyncs.Load(),
+		DeltaBytes:        int(c.deltaBytes.Load()),
+		ChunkedGets:       c.chunkedGets.Load(),
+		ChunksSent:        c.chunksSent.Load(),
 	}
 }

@@ -181,6 +181,14 @@ func TestChunkedGetSplitsALargeStateWithinTheMaxPayload(t *testing.T) {
 		got = append(got, flows...)
 	}
 	assert.Equal(t, flowstate.ValueOf(want).Flows(), got)
+
+	// The get endpoint answers one request after the other: once a later
+	// get is answered, the chunked one is counted.
+	_, err = f.nc.Request("flow.state.get", nil, wait)
+	require.NoError(t, err)
+	st := f.worker.Stats()
+	assert.EqualValues(t, 1, st.ChunkedGets)
+	assert.EqualValues(t, len(msgs), st.ChunksSent)
 }
 
 func TestChunkedGetOfASmallStateIsOneChunk(t *testing.T) {
@@ -233,4 +241,10 @@ func TestADeltaOverTheMaxPayloadIsAResync(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []flowstate.Flow{{ID: 2000}, {ID: 2500, Has: flowstate.HasStateSize, StateSize: 1}}, flows)
 	assert.Less(t, base, drev)
+	// Deltas are published one after the other: the third is out, so the
+	// first two are counted.
+	st := f.worker.Stats()
+	assert.GreaterOrEqual(t, st.DeltasPublished, uint64(2))
+	assert.EqualValues(t, 1, st.DeltaResyncs)
+	assert.Positive(t, st.DeltaBytes)
 }

@@ -27,6 +27,8 @@ type statsCollector struct {
 	aggregateBytes                     *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
 	ready, disconnects, slowDropped    *prometheus.Desc
+	deltas, deltaResyncs, deltaBytes   *prometheus.Desc
+	chunkedGets, chunksSent            *prometheus.Desc
 }
 
 func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *flowstate.Replica) *statsCollector {
@@ -59,6 +61,11 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		publisher:      d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
 		ready:          d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
 		disconnects:    d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
+		deltas:         d("deltas_published_total", "Deltas published on the delta subject (protocol v2), resync deltas included."),
+		deltaResyncs:   d("delta_resyncs_total", "Resync deltas published: deltas that tell clients to take a snapshot."),
+		deltaBytes:     d("delta_bytes", "Body size of the last delta published."),
+		chunkedGets:    d("chunked_gets_total", "Get requests answered in chunks (Flow-State-Chunks: 1)."),
+		chunksSent:     d("chunks_sent_total", "Chunks sent answering chunked gets."),
 		slowDropped:    d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
 	}
 }
@@ -110,6 +117,11 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.nodes, float64(s.Nodes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.aggregateBytes, float64(s.AggregateBytes))
+	counter(c.deltas, s.DeltasPublished)
+	counter(c.deltaResyncs, s.DeltaResyncs)
+	gauge(c.deltaBytes, float64(s.DeltaBytes))
+	counter(c.chunkedGets, s.ChunkedGets)
+	counter(c.chunksSent, s.ChunksSent)
 	if c.js != nil {
 		gauge(c.storeAvailable, bit(c.js.Available()))
 	}

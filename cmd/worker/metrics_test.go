@@ -111,6 +111,8 @@ func TestMetricsCountReportsAndReadinessFollowsNATS(t *testing.T) {
 		"flowstate_flows 1",
 		"flowstate_nats_connected 1",
 		"flowstate_merge_seconds_count 1",
+		"flowstate_chunked_gets_total 0",
+		"flowstate_chunks_sent_total 0",
 	} {
 		assert.Contains(t, body, line+"\n")
 	}

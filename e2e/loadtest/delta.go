@@ -4,8 +4,7 @@ package main
 // update on <prefix>.state.delta against the full one on <prefix>.state,
 // published at the same moments of the same run, with 10,000 flows on 1,000
 // nodes and 10 nodes reporting per 100 ms. A worker that predates protocol
-// v2 publishes no delta: the scenario then says so and is skipped. It is
-// not in --scenarios all; run it with --scenarios delta.
+// v2 publishes no delta: the scenario then says so and is skipped.
 
 import (
 	"context"

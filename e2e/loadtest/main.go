@@ -24,17 +24,24 @@
 //   - get: 1000 nodes x 10 flows, a 10,000-flow aggregate; the ingest is
 //     paced at --get-load-rate while a client times gets.
 //   - rss: the worker's resident memory holding 10,000 nodes x 10 flows.
+//   - delta: bytes of an update on flow.state.delta against one on
+//     flow.state, 1,000 nodes x 10 flows, 10 nodes reporting per 100 ms;
+//     skipped, with a message, when the worker publishes no delta (delta.go).
+//   - follow-1k, follow-10k: the CPU and bytes per second of a client.Watch
+//     following deltas against one following flow.state, both child
+//     processes of this program, 1,000 and 10,000 flows, 10 nodes reporting
+//     per 100 ms (follow.go).
 //
-// Named only (not in all; they measure what other branches build):
+// Named only (not in all):
 //
 //   - acked, js-r1, js-r3: 1,000 nodes x 10 flows, 256 acked reports in
 //     flight, against one worker on the memory backend, one worker on a
 //     JetStream bucket (R1, memory storage) of a server of its own, and
 //     three workers on an R3 file-storage bucket of three servers; the
 //     JetStream rates are compared with the memory backend's (jetstream.go).
-//   - delta: bytes of an update on flow.state.delta against one on
-//     flow.state, 1,000 nodes x 10 flows, 10 nodes reporting per 100 ms;
-//     skipped, with a message, when the worker publishes no delta (delta.go).
+//   - snapshot: 1,000,000 flows (100 nodes x 10,000) read by client.Get and
+//     by `worker get` in chunks within the default 1 MB max payload, timed,
+//     with the worker's CPU per chunk (snapshot.go).
 //
 // Every run ends with a check of the worker's aggregate against each
 // node's last acknowledged report (internal/loadgen): it must be exact
@@ -61,6 +68,9 @@ import (
 )
 
 func main() {
+	if isFollowChild(os.Args[1:]) {
+		os.Exit(runFollowChild(os.Args[2:], os.Stdin, os.Stdout))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

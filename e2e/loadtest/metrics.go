@@ -18,6 +18,7 @@ type counters struct {
 	dropped       uint64 // flowstate_slow_consumer_dropped_total
 	publishErrors uint64 // flowstate_publish_errors_total
 	reconnects    uint64 // flowstate_nats_reconnects_total
+	chunksSent    uint64 // flowstate_chunks_sent_total
 
 	heapInuse uint64 // go_memstats_heap_inuse_bytes, a gauge
 }
@@ -31,6 +32,7 @@ func (c counters) sub(b counters) counters {
 		dropped:       c.dropped - b.dropped,
 		publishErrors: c.publishErrors - b.publishErrors,
 		reconnects:    c.reconnects - b.reconnects,
+		chunksSent:    c.chunksSent - b.chunksSent,
 		heapInuse:     c.heapInuse,
 	}
 }
@@ -59,6 +61,7 @@ func scrape(ctx context.Context, addr string) (counters, error) {
 	fields["flowstate_slow_consumer_dropped_total"] = &c.dropped
 	fields["flowstate_publish_errors_total"] = &c.publishErrors
 	fields["flowstate_nats_reconnects_total"] = &c.reconnects
+	fields["flowstate_chunks_sent_total"] = &c.chunksSent
 	fields["go_memstats_heap_inuse_bytes"] = &c.heapInuse
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(resp.Body)

@@ -245,6 +245,8 @@ func checkTargets(cfg config, results []scenarioResult) []target {
 	out = append(out, t)
 	out = append(out, ackedTargets(find)...)
 	out = append(out, deltaTargets(find)...)
+	out = append(out, followTargets(find)...)
+	out = append(out, snapshotTargets(find)...)
 	for i := range out {
 		if out[i].verdict == "" {
 			out[i].verdict, out[i].detail = "not run", "scenario not measured"

@@ -86,7 +86,7 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 		}
 		r.raw = &raw
 	}
-	w, err := startWorker(ctx, lt.bins.Worker, lt.natsURL)
+	w, err := startWorker(ctx, lt.bins.Worker, lt.natsURL, sc.workerArgs...)
 	if err != nil {
 		return r, err
 	}
@@ -117,6 +117,22 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 		}
 		lt.logf("  run %d: %.0f bytes a delta (%d) vs %.0f a full update (%d) = %.2f%%; aggregate %s", i+1,
 			d.delta.perUpdate(), d.delta.msgs, d.full.perUpdate(), d.full.msgs, 100*d.ratio(), d.check)
+		return r, nil
+	case kindFollow:
+		f, err := measureFollow(ctx, lt.natsURL, sc, lt.cfg.duration)
+		if err != nil {
+			return r, err
+		}
+		r.follow = &f
+		lt.logf("  run %d: %s", i+1, f)
+		return r, nil
+	case kindSnapshot:
+		s, err := measureSnapshot(ctx, w, lt.bins.Worker, lt.natsURL, sc)
+		if err != nil {
+			return r, err
+		}
+		r.snapshot = &s
+		lt.logf("  run %d: %s", i+1, s)
 		return r, nil
 	case kindGet:
 		o.rate, o.gets, o.getInterval = lt.cfg.getLoadRate, true, lt.cfg.getInterval

@@ -11,11 +11,13 @@ import (
 type kind int
 
 const (
-	kindFlood kind = iota // raw ceiling, then the worker, both as fast as possible
-	kindGet               // get latency under a paced ingest
-	kindHold              // resident memory holding every node's report
-	kindAcked             // acked reports against a backend (jetstream.go)
-	kindDelta             // bytes of delta against full updates (delta.go)
+	kindFlood    kind = iota // raw ceiling, then the worker, both as fast as possible
+	kindGet                  // get latency under a paced ingest
+	kindHold                 // resident memory holding every node's report
+	kindAcked                // acked reports against a backend (jetstream.go)
+	kindDelta                // bytes of delta against full updates (delta.go)
+	kindFollow               // a frontend following deltas against flow.state (follow.go)
+	kindSnapshot             // a 1,000,000-flow snapshot in chunks (snapshot.go)
 )
 
 // scenario is one line of the summary.
@@ -24,6 +26,7 @@ type scenario struct {
 	kind         kind
 	nodes, flows int
 	backend      *backend // kindAcked: where the state lives
+	workerArgs   []string // of the worker, past the defaults
 }
 
 // The scenarios of --scenarios all.
@@ -34,18 +37,21 @@ var defaultScenarios = []scenario{
 	{name: "1000x100", kind: kindFlood, nodes: 1000, flows: 100},
 	{name: "get", kind: kindGet, nodes: 1000, flows: 10},
 	{name: "rss", kind: kindHold, nodes: 10000, flows: 10},
+	deltaScenario,
+	followScenarios[0],
+	followScenarios[1],
 }
 
-const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss"
+const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss,delta,follow-1k,follow-10k"
 
-// pendingScenarioNames are the scenarios of issues 10 and 12, run only when
-// named: they measure what other branches build (the pipelined JetStream
-// backend, delta updates).
-const pendingScenarioNames = "acked,js-r1,js-r3,delta"
+// pendingScenarioNames are the scenarios run only when named: those of
+// issue 10 (the pipelined JetStream backend) and the 1,000,000-flow
+// snapshot of issue 12, which holds a large state for a while.
+const pendingScenarioNames = "acked,js-r1,js-r3,snapshot"
 
 // named returns the scenario of --scenarios called name, if there is one.
 func named(name string) (scenario, bool) {
-	for _, d := range slices.Concat(defaultScenarios, ackedScenarios, []scenario{deltaScenario}) {
+	for _, d := range slices.Concat(defaultScenarios, ackedScenarios, []scenario{snapshotScenario}) {
 		if d.name == name {
 			return d, true
 		}
@@ -92,6 +98,10 @@ func (s scenario) label(cfg config) string {
 		return fmt.Sprintf("%s %dx%d, %d in flight", s.name, s.nodes, s.flows, ackedInFlight)
 	case kindDelta:
 		return fmt.Sprintf("delta %dx%d @%d/s", s.nodes, s.flows, deltaRate)
+	case kindFollow:
+		return fmt.Sprintf("%s %dx%d @%d/s", s.name, s.nodes, s.flows, deltaRate)
+	case kindSnapshot:
+		return fmt.Sprintf("snapshot %dx%d", s.nodes, s.flows)
 	}
 	return s.name
 }
@@ -99,11 +109,13 @@ func (s scenario) label(cfg config) string {
 // runResult is one run of a scenario; raw and ingest are nil when the
 // scenario does not measure them.
 type runResult struct {
-	raw    *rawResult
-	ingest *ingestResult
-	hold   *holdResult
-	acked  *ackedResult
-	delta  *deltaResult
+	raw      *rawResult
+	ingest   *ingestResult
+	hold     *holdResult
+	acked    *ackedResult
+	delta    *deltaResult
+	follow   *followResult
+	snapshot *snapshotResult
 }
 
 // check returns the check of the run's final aggregate; nil if none.
@@ -117,6 +129,10 @@ func (r runResult) check() *aggCheck {
 		return &r.acked.check
 	case r.delta != nil:
 		return &r.delta.check
+	case r.follow != nil:
+		return &r.follow.check
+	case r.snapshot != nil:
+		return &r.snapshot.check
 	}
 	return nil
 }

@@ -16,20 +16,24 @@ import (
 func TestPendingScenariosRunOnlyWhenNamed(t *testing.T) {
 	all, err := parseScenarios("all")
 	require.NoError(t, err)
+	var kinds []kind
 	for _, sc := range all {
-		assert.NotContains(t, []kind{kindAcked, kindDelta}, sc.kind, sc.name)
+		assert.NotContains(t, []kind{kindAcked, kindSnapshot}, sc.kind, sc.name)
+		kinds = append(kinds, sc.kind)
 	}
+	assert.Contains(t, kinds, kindDelta, "make bench measures deltas")
+	assert.Contains(t, kinds, kindFollow, "make bench measures a frontend following deltas")
 	named, err := parseScenarios(pendingScenarioNames + ",get,50x2")
 	require.NoError(t, err)
 	var names []string
 	for _, sc := range named {
 		names = append(names, sc.name)
 	}
-	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "delta", "get", "50x2"}, names)
+	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "snapshot", "get", "50x2"}, names)
 	assert.Equal(t, 3, named[2].backend.servers)
-	withAll, err := parseScenarios("all,delta")
+	withAll, err := parseScenarios("all,snapshot")
 	require.NoError(t, err)
-	assert.Equal(t, append(append([]scenario{}, all...), deltaScenario), withAll)
+	assert.Equal(t, append(append([]scenario{}, all...), snapshotScenario), withAll)
 	_, err = parseScenarios("js-r5")
 	assert.Error(t, err)
 }

@@ -56,8 +56,8 @@ func TestChaosLong(t *testing.T) {
 	if t.Failed() && verdict == "linearizable" {
 		verdict = "not checked: the run failed"
 	}
-	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%d, %d), history %s\n",
-		js.ops+mem.ops, js.ops, mem.ops, js.faults+mem.faults, js.faults, mem.faults, verdict)
+	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%d, %d), history %s; %d stale gets during JetStream outages\n",
+		js.ops+mem.ops, js.ops, mem.ops, js.faults+mem.faults, js.faults, mem.faults, verdict, js.stale+mem.stale)
 }
 
 // runBoth runs the JetStream cluster and the memory worker side by side.
@@ -106,4 +106,34 @@ func joinLines(lines []string) string {
 		s += "  " + l + "\n"
 	}
 	return s
+}
+
+// TestChaosReplayCheck checks a history that a run dumped (CHAOS_DUMP=path
+// writes path-<run>.json); CHAOS_REPLAY names the file.
+func TestChaosReplayCheck(t *testing.T) {
+	path := os.Getenv("CHAOS_REPLAY")
+	if path == "" {
+		t.Skip("set CHAOS_REPLAY to a dumped history")
+	}
+	ops, err := loadHistory(path)
+	require.NoError(t, err)
+	fresh, stale := splitStale(ops)
+	t.Logf("%d stale gets", len(stale))
+	if s := os.Getenv("CHAOS_REPLAY_UNTIL"); s != "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(t, err)
+		var cut []op
+		for _, o := range fresh {
+			if o.call < int64(d) {
+				cut = append(cut, o)
+			}
+		}
+		fresh = cut
+	}
+	replayLag := lag
+	if s := os.Getenv("CHAOS_REPLAY_LAG"); s != "" {
+		replayLag, _ = time.ParseDuration(s)
+	}
+	v := check(fresh, nil, replayLag, time.Minute)
+	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))
 }

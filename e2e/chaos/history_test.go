@@ -43,6 +43,8 @@ type input struct {
 	node   int // index: node id node+1
 	report report
 	why    string // opInvalid: what is wrong with it
+	call   int64  // the operation's invocation and completion, for the model's clock
+	ret    int64
 }
 
 type status uint8
@@ -155,6 +157,7 @@ func (c *client) do(in input) op {
 		subject, body = subjects.Heartbeat(uint64(in.node+1)), invalidBody(in)
 	}
 	o.call = c.h.now()
+	o.in.call = o.call
 	msg, err := c.nc.Request(subject, body, c.timeout)
 	o.ret = c.h.now()
 	o.out = result(in, msg, err)

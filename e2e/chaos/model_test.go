@@ -12,136 +12,262 @@ import (
 )
 
 // state is the model's state in one epoch: every node's last applied
-// report, and what is known of the revision.
+// report, and the revision.
 type state struct {
 	nodes [nNodes]report
 	rev   uint64
-	exact bool // the revision is rev; else it is greater than rev
 }
 
 // aggregate is the per-flow, per-field max over the nodes' reports.
-func (s *state) aggregate() report {
+func aggregate(nodes *[nNodes]report) report {
 	var a report
-	for n := range s.nodes {
+	for n := range nodes {
 		for f := range nFlows {
 			for k := range 3 {
-				a[f][k] = max(a[f][k], s.nodes[n][f][k])
+				a[f][k] = max(a[f][k], nodes[n][f][k])
 			}
 		}
 	}
 	return a
 }
 
-// serves reports whether a get may see revision r of this state.
-func (s *state) serves(r uint64) bool {
-	if s.exact {
-		return r == s.rev
+// covered reports whether r is at most agg in every field.
+func covered(r, agg *report) bool {
+	for f := range nFlows {
+		for k := range 3 {
+			if r[f][k] > agg[f][k] {
+				return false
+			}
+		}
 	}
-	return r > s.rev
+	return true
 }
 
-// follows reports whether a write acked at r may follow this state: within
-// an epoch revisions increase with every applied report.
-func (s *state) follows(r uint64) bool {
-	if s.exact {
-		return r > s.rev
-	}
-	return r > s.rev+1
+// pendingOp is a report of unknown outcome (no answer, or 5xx), or one
+// acked in another epoch: it may take effect at one instant between its
+// invocation and its deadline, or never. (A report acked in the old epoch
+// as the bucket is purged may be stored after the purge, and so be in the
+// new epoch's state, which then does not start empty.)
+type pendingOp struct {
+	epoch    string // acked in this epoch ("": unknown outcome)
+	rev      uint64 // acked at this revision
+	node     int
+	report   report
+	call     int64
+	deadline int64
 }
 
-// step is the worker's specification. A get returns the aggregate at one
+// model is the worker's specification. A get returns the aggregate at one
 // instant with its revision; an acked report takes effect at one instant
-// with a greater revision; a report not answered, or answered 5xx, takes
-// effect at one instant or never; an acked invalid report is impossible.
-// Rejected reports and failed gets change nothing and are not in the
-// history.
-func step(st, in, out any) []any {
+// with a greater revision; a report of unknown outcome may take effect
+// once before its deadline, or never; an acked invalid report is
+// impossible. Rejected reports and failed gets change nothing and are not
+// in the history.
+//
+// Reports of unknown outcome are not operations of the history that the
+// search must place: they are the model's table, and a get that does not
+// match the state may apply those that were in flight (each node's report
+// replaced by one of them). Placing hundreds of them (a JetStream outage
+// answers 503 at once) would make the search exponential; this keeps it
+// linear. It is permissive on revisions while one is in flight (a get may
+// then see a higher revision than the last write it knows of).
+type model struct {
+	table []pendingOp         // by invocation
+	acks  map[string][]uint64 // per epoch, the revisions of acked reports, ascending
+	opens map[string]int64    // start of the epochs whose start is known
+	lag   int64
+}
+
+func (m *model) step(st, in, out any) []any {
 	s, i, o := st.(state), in.(input), out.(output)
 	switch {
 	case i.kind == opGet:
-		if o.alien || s.aggregate() != o.agg || !s.serves(o.rev) {
-			return nil
-		}
-		s.rev, s.exact = o.rev, true
-		return []any{s}
+		return m.get(s, i, o)
 	case i.kind == opInvalid || o.alien:
 		return nil
-	case o.status == stOK:
-		if !s.follows(o.rev) {
-			return nil
-		}
-		s.nodes[i.node] = i.report
-		s.rev, s.exact = o.rev, true
-		return []any{s}
+	case o.rev <= s.rev || m.ackedBetween(o.epoch, s.rev, o.rev-1):
+		return nil
 	default:
-		applied := s
-		applied.nodes[i.node] = i.report
-		applied.exact = false
-		return []any{s, applied}
+		s.nodes[i.node] = i.report
+		s.rev = o.rev
+		return []any{s}
 	}
+}
+
+// ackedBetween reports whether a report of epoch was acked at a revision in
+// (lo, hi]: a write that a state at hi includes, and at lo does not. A
+// step that passes over it before it is linearised cannot be right (the
+// search would otherwise explain the state with reports in flight).
+func (m *model) ackedBetween(epoch string, lo, hi uint64) bool {
+	revs := m.acks[epoch]
+	i, _ := slices.BinarySearch(revs, lo+1)
+	return i < len(revs) && revs[i] <= hi
+}
+
+// inFlight returns the reports that may take effect in epoch while the get
+// i runs: those of unknown outcome and those acked in another epoch.
+func (m *model) inFlight(i input, epoch string) []pendingOp {
+	hi, _ := slices.BinarySearchFunc(m.table, i.ret+1, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
+	open, known := m.opens[epoch]
+	var out []pendingOp
+	for j := hi - 1; j >= 0 && m.table[j].call >= i.call-m.lag; j-- {
+		p := m.table[j]
+		if p.deadline >= i.call && p.epoch != epoch && (!known || p.call >= open) {
+			out = append(out, p)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// maxChoices bounds the successors of one get.
+const maxChoices = 16
+
+// get returns the states in which get i may see o.
+func (m *model) get(s state, i input, o output) []any {
+	if o.alien || o.rev < s.rev || m.ackedBetween(o.epoch, s.rev, o.rev) {
+		return nil
+	}
+	flight := m.inFlight(i, o.epoch)
+	if aggregate(&s.nodes) == o.agg && (o.rev == s.rev || len(flight) > 0) {
+		s.rev = o.rev
+		return []any{s}
+	}
+	if len(flight) == 0 {
+		return nil
+	}
+	// Per node, what it may hold: its report (-1) or one in flight (the
+	// latest first), within the aggregate; of those that reach the same
+	// fields of the aggregate, the first. The nodes together must reach
+	// every field.
+	var need uint16
+	for f := range nFlows {
+		for k := range 3 {
+			if o.agg[f][k] > 0 {
+				need |= 1 << (f*3 + k)
+			}
+		}
+	}
+	type option struct {
+		j    int // index in flight, -1: the node's report
+		hits uint16
+	}
+	var opts [nNodes][]option
+	add := func(n, j int, r *report) {
+		if !covered(r, &o.agg) {
+			return
+		}
+		h := hits(r, &o.agg)
+		for _, x := range opts[n] {
+			if x.hits == h {
+				return
+			}
+		}
+		opts[n] = append(opts[n], option{j, h})
+	}
+	for n := range nNodes {
+		add(n, -1, &s.nodes[n])
+	}
+	for j := len(flight) - 1; j >= 0; j-- {
+		add(flight[j].node, j, &flight[j].report)
+	}
+	var reach [nNodes + 1]uint16
+	for n := nNodes - 1; n >= 0; n-- {
+		reach[n] = reach[n+1]
+		for _, x := range opts[n] {
+			reach[n] |= x.hits
+		}
+	}
+	var out []any
+	var choice [nNodes]int
+	var walk func(n int, got uint16)
+	walk = func(n int, got uint16) {
+		if len(out) >= maxChoices || need&^(got|reach[n]) != 0 {
+			return
+		}
+		if n == nNodes {
+			nodes, used := s.nodes, false
+			for n, j := range choice {
+				if j >= 0 {
+					nodes[n], used = flight[j].report, true
+				}
+			}
+			if used {
+				out = append(out, state{nodes: nodes, rev: o.rev})
+			}
+			return
+		}
+		for _, x := range opts[n] {
+			choice[n] = x.j
+			walk(n+1, got|x.hits)
+		}
+	}
+	walk(0, 0)
+	return out
+}
+
+// hits returns the fields in which r equals the aggregate agg (non-zero).
+func hits(r, agg *report) uint16 {
+	var h uint16
+	for f := range nFlows {
+		for k := range 3 {
+			if agg[f][k] > 0 && r[f][k] == agg[f][k] {
+				h |= 1 << (f*3 + k)
+			}
+		}
+	}
+	return h
 }
 
 var hashSeed = maphash.MakeSeed()
 
-// newModel is the model with its partition by epoch. opens gives, for
-// epochs whose start is known (a memory worker's instance), the time it
-// started; lag bounds how long after its invocation an unanswered report
-// may still take effect.
-func newModel(opens map[string]int64, lag int64) porcupine.Model {
+// newModel is the model with its partition by epoch.
+func newModel(table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
+	m := &model{table: table, opens: opens, lag: lag, acks: map[string][]uint64{}}
+	for _, p := range table {
+		if p.epoch != "" {
+			m.acks[p.epoch] = append(m.acks[p.epoch], p.rev)
+		}
+	}
+	for _, revs := range m.acks {
+		slices.Sort(revs)
+	}
 	nm := porcupine.NondeterministicModel{
-		Partition: func(h []porcupine.Operation) [][]porcupine.Operation { return partition(h, opens, lag) },
-		Init:      func() []any { return []any{state{exact: true}} },
-		Step:      step,
+		Partition: partition,
+		Init:      func() []any { return []any{state{}} },
+		Step:      m.step,
 		Hash:      func(s any) uint64 { return maphash.Comparable(hashSeed, s.(state)) },
 		DescribeOperation: func(in, out any) string {
 			return describeOp(in.(input), out.(output))
 		},
 		DescribeState: func(s any) string {
 			st := s.(state)
-			return fmt.Sprintf("rev %s%d agg %s", map[bool]string{true: "", false: ">"}[st.exact], st.rev, describeReport(st.aggregate()))
+			return fmt.Sprintf("rev %d agg %s", st.rev, describeReport(aggregate(&st.nodes)))
 		},
 	}
 	return nm.ToModel()
 }
 
-// partition splits the history by epoch: each epoch's partition holds the
-// operations that observed it and every report of unknown outcome that may
-// have taken effect in it (invoked between the epoch's start, or its first
-// observation less lag, and its last observation). The model starts empty
-// in each one.
-func partition(h []porcupine.Operation, opens map[string]int64, lag int64) [][]porcupine.Operation {
+// partition splits the history by the epoch each operation observed; the
+// model starts empty in each one. (Reports of unknown outcome are in the
+// model's table, which knows which epochs they may take effect in.)
+func partition(h []porcupine.Operation) [][]porcupine.Operation {
 	type span struct {
-		first, last int64
-		ops         []porcupine.Operation
+		first int64
+		ops   []porcupine.Operation
 	}
 	spans := map[string]*span{}
-	var unknown []porcupine.Operation
-	for _, o := range h {
-		out := o.Output.(output)
-		if out.status != stOK {
-			unknown = append(unknown, o)
-			continue
-		}
-		sp := spans[out.epoch]
-		if sp == nil {
-			sp = &span{first: o.Call, last: o.Return}
-			spans[out.epoch] = sp
-		}
-		sp.first, sp.last = min(sp.first, o.Call), max(sp.last, o.Return)
-		sp.ops = append(sp.ops, o)
-	}
 	var parts []*span
-	for e, sp := range spans {
-		open, ok := opens[e]
-		if !ok {
-			open = sp.first - lag
+	for _, o := range h {
+		e := o.Output.(output).epoch
+		sp := spans[e]
+		if sp == nil {
+			sp = &span{first: o.Call}
+			spans[e] = sp
+			parts = append(parts, sp)
 		}
-		for _, u := range unknown {
-			if u.Call >= open && u.Call <= sp.last {
-				sp.ops = append(sp.ops, u)
-			}
-		}
-		parts = append(parts, sp)
+		sp.first = min(sp.first, o.Call)
+		sp.ops = append(sp.ops, o)
 	}
 	slices.SortFunc(parts, func(a, b *span) int { return cmp.Compare(a.first, b.first) })
 	out := make([][]porcupine.Operation, len(parts))
@@ -151,22 +277,27 @@ func partition(h []porcupine.Operation, opens map[string]int64, lag int64) [][]p
 	return out
 }
 
-// operations converts the recorded history into porcupine's: answered
-// gets, acked reports, reports of unknown outcome (which may take effect
-// up to lag after their invocation), and acked invalid reports.
-func operations(ops []op, lag int64) []porcupine.Operation {
+// operations converts the recorded history into porcupine's (answered
+// gets, acked reports, acked invalid reports) and the model's table of
+// reports of unknown outcome, which may take effect up to lag after their
+// invocation.
+func operations(ops []op, lag int64) ([]porcupine.Operation, []pendingOp) {
 	var h []porcupine.Operation
+	var table []pendingOp
 	for _, o := range ops {
 		switch {
 		case o.out.status == stOK:
+			o.in.ret = o.ret
+			h = append(h, porcupine.Operation{ClientId: o.client, Input: o.in, Call: o.call, Output: o.out, Return: o.ret})
+			if o.in.kind == opReport {
+				table = append(table, pendingOp{epoch: o.out.epoch, rev: o.out.rev, node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
+			}
 		case o.out.status == stUnknown && o.in.kind == opReport:
-			o.ret = max(o.ret, o.call+lag)
-		default:
-			continue
+			table = append(table, pendingOp{node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
 		}
-		h = append(h, porcupine.Operation{ClientId: o.client, Input: o.in, Call: o.call, Output: o.out, Return: o.ret})
 	}
-	return h
+	slices.SortFunc(table, func(a, b pendingOp) int { return cmp.Compare(a.call, b.call) })
+	return h, table
 }
 
 // verdict is the outcome of a check.
@@ -182,14 +313,14 @@ type verdict struct {
 
 // check checks the history, within timeout.
 func check(ops []op, opens map[string]int64, lag, timeout time.Duration) verdict {
-	h := operations(ops, int64(lag))
-	m := newModel(opens, int64(lag))
+	h, table := operations(ops, int64(lag))
+	m := newModel(table, opens, int64(lag))
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(m, h, timeout)
 	v := verdict{result: res, ops: len(h), took: time.Since(start), model: m, info: info}
 	parts := m.Partition(h)
 	v.partitions = len(parts)
-	if res != porcupine.Illegal {
+	if res == porcupine.Ok {
 		return v
 	}
 	partials := info.PartialLinearizations()

@@ -46,6 +46,7 @@ type runConfig struct {
 // runResult is what a run found.
 type runResult struct {
 	ops, faults int
+	stale       int // gets that served a stale state (the README's exception)
 	verdict     verdict
 	problems    []string // final gets that disagree, acked reports lost
 	dir         string   // where the violation was written
@@ -97,9 +98,15 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 
 	last := s.finalGets(t, h, cfg.clients)
 	ops := h.snapshot()
+	if p := os.Getenv("CHAOS_DUMP"); p != "" {
+		require.NoError(t, dumpHistory(p+"-"+cfg.name+".json", ops))
+	}
 	res.problems = append(res.problems, lostAcks(ops, last)...)
 	res.problems = append(res.problems, unexpectedRejections(ops)...)
-	res.verdict = check(ops, s.opens(), lag, cfg.checkFor)
+	fresh, stale := splitStale(ops)
+	res.stale = len(stale)
+	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(nem.events()))...)
+	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
 	return res
 }
@@ -107,8 +114,11 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 // report logs the run, and writes what a failed one needs to be understood.
 func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis, h *history) {
 	v := r.verdict
-	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected",
-		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), r.faults)
+	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected; %d stale gets",
+		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), r.faults, r.stale)
+	for _, p := range r.problems {
+		t.Logf("%s: %s", cfg.name, p)
+	}
 	if r.ok() && !t.Failed() {
 		return
 	}
@@ -165,6 +175,19 @@ func (s *system) opens() map[string]int64 {
 			if in.epoch != "" {
 				out[in.epoch] = in.start
 			}
+		}
+	}
+	return out
+}
+
+// staleWindows returns when a JetStream worker may serve a stale get: from
+// a nats-server's kill until staleGrace after it is back. A memory worker
+// never may.
+func (s *system) staleWindows(evs []event) [][2]int64 {
+	var out [][2]int64
+	for _, e := range evs {
+		if s.jetstream && strings.HasPrefix(e.action, "SIGKILL nats-server") {
+			out = append(out, [2]int64{e.start, e.end + int64(staleGrace)})
 		}
 	}
 	return out

@@ -181,12 +181,14 @@ func (s *system) opens() map[string]int64 {
 }
 
 // staleWindows returns when a JetStream worker may serve a stale get: from
-// a nats-server's kill until staleGrace after it is back. A memory worker
+// a nats-server's kill, or a worker's SIGSTOP, until staleGrace after it is
+// undone. (A paused worker's read barrier times out in the pause, and it
+// answers the gets queued meanwhile from its old state.) A memory worker
 // never may.
 func (s *system) staleWindows(evs []event) [][2]int64 {
 	var out [][2]int64
 	for _, e := range evs {
-		if s.jetstream && strings.HasPrefix(e.action, "SIGKILL nats-server") {
+		if s.jetstream && (strings.HasPrefix(e.action, "SIGKILL nats-server") || strings.HasPrefix(e.action, "SIGSTOP")) {
 			out = append(out, [2]int64{e.start, e.end + int64(staleGrace)})
 		}
 	}

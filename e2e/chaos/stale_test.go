@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// staleGrace is how long after a nats-server comes back a JetStream worker
-// may still serve a stale get: the README's documented exception, a worker
-// whose watch was cut off answers from its last state (without the read
-// barrier) while JetStream cannot answer, and until its watch catches up.
+// staleGrace is how long after a nats-server comes back (or a paused worker
+// resumes) a JetStream worker may still serve a stale get: the README's
+// documented exception, a worker whose read barrier fails answers from its
+// last state while JetStream cannot answer, and until its watch catches up.
 const staleGrace = 10 * time.Second
 
 // splitStale separates the gets that saw a lower revision than an

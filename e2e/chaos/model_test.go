@@ -72,9 +72,9 @@ type pendingOp struct {
 // linear. It is permissive on revisions while one is in flight (a get may
 // then see a higher revision than the last write it knows of).
 type model struct {
-	table []pendingOp         // by invocation
-	acks  map[string][]uint64 // per epoch, the revisions of acked reports, ascending
-	opens map[string]int64    // start of the epochs whose start is known
+	table []pendingOp            // by invocation
+	cands map[string][]pendingOp // per epoch, those of table that may take effect in it, by invocation
+	acks  map[string][]uint64    // per epoch, the revisions of acked reports, ascending
 	lag   int64
 }
 
@@ -107,16 +107,48 @@ func (m *model) ackedBetween(epoch string, lo, hi uint64) bool {
 // inFlight returns the reports that may take effect in epoch while the get
 // i runs: those of unknown outcome and those acked in another epoch.
 func (m *model) inFlight(i input, epoch string) []pendingOp {
-	hi, _ := slices.BinarySearchFunc(m.table, i.ret+1, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
-	open, known := m.opens[epoch]
-	var out []pendingOp
-	for j := hi - 1; j >= 0 && m.table[j].call >= i.call-m.lag; j-- {
-		p := m.table[j]
-		if p.deadline >= i.call && p.epoch != epoch && (!known || p.call >= open) {
-			out = append(out, p)
+	c := m.cands[epoch]
+	hi, _ := slices.BinarySearchFunc(c, i.ret+1, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
+	lo := hi
+	for lo > 0 && c[lo-1].deadline >= i.call {
+		lo--
+	}
+	return c[lo:hi]
+}
+
+// candidates returns, per epoch of the history h, the reports of table
+// that may take effect in it: those invoked from lag before its first
+// operation (or, for a memory worker's epoch, from its start) to its last
+// one, and not acked in it.
+func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) map[string][]pendingOp {
+	type span struct{ first, last int64 }
+	spans := map[string]*span{}
+	for _, o := range h {
+		e := o.Output.(output).epoch
+		if sp := spans[e]; sp == nil {
+			spans[e] = &span{o.Call, o.Return}
+		} else {
+			sp.first, sp.last = min(sp.first, o.Call), max(sp.last, o.Return)
 		}
 	}
-	slices.Reverse(out)
+	out := map[string][]pendingOp{}
+	for e, sp := range spans {
+		from := sp.first - lag
+		if open, ok := opens[e]; ok {
+			from = open
+		}
+		lo, _ := slices.BinarySearchFunc(table, from, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
+		var c []pendingOp
+		for _, p := range table[lo:] {
+			if p.call > sp.last {
+				break
+			}
+			if p.epoch != e {
+				c = append(c, p)
+			}
+		}
+		out[e] = c
+	}
 	return out
 }
 
@@ -222,8 +254,8 @@ func hits(r, agg *report) uint16 {
 var hashSeed = maphash.MakeSeed()
 
 // newModel is the model with its partition by epoch.
-func newModel(table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
-	m := &model{table: table, opens: opens, lag: lag, acks: map[string][]uint64{}}
+func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
+	m := &model{table: table, cands: candidates(h, table, opens, lag), lag: lag, acks: map[string][]uint64{}}
 	for _, p := range table {
 		if p.epoch != "" {
 			m.acks[p.epoch] = append(m.acks[p.epoch], p.rev)
@@ -314,7 +346,7 @@ type verdict struct {
 // check checks the history, within timeout.
 func check(ops []op, opens map[string]int64, lag, timeout time.Duration) verdict {
 	h, table := operations(ops, int64(lag))
-	m := newModel(table, opens, int64(lag))
+	m := newModel(h, table, opens, int64(lag))
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(m, h, timeout)
 	v := verdict{result: res, ops: len(h), took: time.Since(start), model: m, info: info}

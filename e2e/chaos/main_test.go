@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"flowstate/internal/binaries"
 )
 
@@ -32,7 +34,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// Every client, connection and process reader has stopped.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos: leaked goroutines:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 func build(dir string) error {

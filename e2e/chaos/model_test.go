@@ -153,7 +153,7 @@ func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int
 }
 
 // maxChoices bounds the successors of one get.
-const maxChoices = 16
+const maxChoices = 64
 
 // get returns the states in which get i may see o.
 func (m *model) get(s state, i input, o output) []any {

@@ -142,6 +142,9 @@ func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis,
 		fmt.Fprintf(&logs, "== %s\n%s\n", p.name, p.tail(logKeep))
 	}
 	write("processes.log", logs.String())
+	if err := dumpHistory(filepath.Join(r.dir, "history.json"), h.snapshot()); err != nil {
+		t.Errorf("chaos: %v", err)
+	}
 	if v.model.Step != nil {
 		v.info.AddAnnotations(annotations(evs))
 		if err := porcupine.VisualizePath(v.model, v.info, filepath.Join(r.dir, "history.html")); err != nil {

@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos
 
 all: build
 
@@ -59,6 +59,17 @@ bench:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 10m ./codec/
+
+# The robustness test (e2e/chaos) for CHAOS_DURATION with a random seed, or
+# CHAOS_SEED to replay one: it prints the seed first and one line of figures
+# last; the whole output is in $(BIN)/chaos.log.
+CHAOS_DURATION ?= 10m
+CHAOS_SEED     ?=
+
+chaos:
+	mkdir -p $(BIN)
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) bash -o pipefail -c \
+		'$(GO) test -count=1 -v -timeout 0 -run "^TestChaosLong$$" ./e2e/chaos/ 2>&1 | tee $(BIN)/chaos.log | grep --line-buffered "^chaos: "'
 
 clean:
 	rm -rf $(BIN)

@@ -37,7 +37,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	}
 	w.noteNodeEpoch(w.report.NodeID, w.report.NodeEpoch, w.report.HasNodeEpoch)
 	if msg.Reply != "" {
-		if err := msg.RespondMsg(&nats.Msg{Header: versionHeader(res.Version)}); err != nil {
+		if err := msg.RespondMsg(&nats.Msg{Header: versionHeader(chaosAck(res).Version)}); err != nil {
 			w.logThrottled(slog.LevelWarn, "ack failed", slog.String("subject", cutToken(msg.Subject)),
 				slog.Uint64("node_id", w.report.NodeID), slog.Any("err", err))
 		} else {

@@ -1,0 +1,10 @@
+//go:build !chaosbug
+
+package consumer
+
+import "flowstate/flowstate"
+
+// chaosAck returns the version an ack names: the result's. Only a worker
+// built with the chaosbug tag (the robustness test's broken worker, see
+// chaosbug_on.go) changes it.
+func chaosAck(r flowstate.MergeResult) flowstate.MergeResult { return r }

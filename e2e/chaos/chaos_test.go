@@ -1,0 +1,141 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const clients = 24 // each on its own connection
+
+// TestChaosShort is the short run of `make test`: a fixed seed, about 20 s
+// of faults on the JetStream cluster and, at the same time, on a memory
+// worker.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos run takes 20 s")
+	}
+	const seed = 1
+	t.Logf("seed %d", seed)
+	runBoth(t, seed, 20*time.Second)
+}
+
+// TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test
+// is skipped), a random seed unless CHAOS_SEED gives one. It prints the
+// seed first and one line of figures last.
+func TestChaosLong(t *testing.T) {
+	env := os.Getenv("CHAOS_DURATION")
+	if env == "" {
+		t.Skip("set CHAOS_DURATION (make chaos)")
+	}
+	d, err := time.ParseDuration(env)
+	require.NoError(t, err, "CHAOS_DURATION")
+	seed := rand.Uint64() >> 1
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "CHAOS_SEED")
+	}
+	fmt.Printf("chaos: seed %d, %v of faults (CHAOS_SEED=%d replays it)\n", seed, d, seed)
+	js, mem := runBoth(t, seed, d)
+	verdict := "linearizable"
+	for _, r := range []runResult{js, mem} {
+		if r.verdict.result == porcupine.Unknown && verdict == "linearizable" {
+			verdict = "unknown (the check timed out)"
+		}
+		if !r.ok() {
+			verdict = "NOT linearizable or inconsistent (see " + r.dir + ")"
+		}
+	}
+	if t.Failed() && verdict == "linearizable" {
+		verdict = "not checked: the run failed"
+	}
+	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%d, %d), history %s; %d stale gets (allowed around server kills and worker pauses)\n",
+		js.ops+mem.ops, js.ops, mem.ops, js.faults+mem.faults, js.faults, mem.faults, verdict, js.stale+mem.stale)
+}
+
+// runBoth runs the JetStream cluster and the memory worker side by side.
+func runBoth(t *testing.T, seed uint64, d time.Duration) (js, mem runResult) {
+	checkFor := max(30*time.Second, d/4)
+	t.Run("run", func(t *testing.T) { // returns once both have run
+		t.Run("jetstream", func(t *testing.T) {
+			t.Parallel()
+			js = runChaos(t, runConfig{name: "jetstream", seed: seed, duration: d, clients: clients, jetstream: true,
+				faults: true, worker: bin.worker, checkFor: checkFor})
+			requireOK(t, js)
+		})
+		t.Run("memory", func(t *testing.T) {
+			t.Parallel()
+			mem = runChaos(t, runConfig{name: "memory", seed: seed, duration: d, clients: clients,
+				faults: true, worker: bin.worker, checkFor: checkFor})
+			requireOK(t, mem)
+		})
+	})
+	return js, mem
+}
+
+func requireOK(t *testing.T, r runResult) {
+	t.Helper()
+	assert.Empty(t, r.problems)
+	assert.NotEqual(t, porcupine.Illegal, r.verdict.result, "the history is not linearizable; first operations that cannot be:\n%s",
+		joinLines(r.verdict.first))
+	assert.Positive(t, r.faults, "faults injected")
+}
+
+// TestChaosCatchesBrokenWorker runs the checker against a worker built with
+// the chaosbug tag, whose every fourth ack names the revision before the
+// write: the check must find the history not linearizable.
+func TestChaosCatchesBrokenWorker(t *testing.T) {
+	out := t.TempDir()
+	r := runChaos(t, runConfig{name: "broken", seed: 2, duration: 3 * time.Second, clients: 8,
+		worker: bin.brokenWorker, env: []string{"FLOWSTATE_CHAOSBUG=1"}, checkFor: 30 * time.Second, outDir: out})
+	require.Equal(t, porcupine.Illegal, r.verdict.result, "the broken worker's history must not be linearizable")
+	require.NotEmpty(t, r.verdict.first)
+	t.Logf("first operations that cannot be linearised:\n%s", joinLines(r.verdict.first))
+	require.FileExists(t, out+"/history.html")
+	require.FileExists(t, out+"/nemesis.log")
+}
+
+func joinLines(lines []string) string {
+	s := ""
+	for _, l := range lines {
+		s += "  " + l + "\n"
+	}
+	return s
+}
+
+// TestChaosReplayCheck checks a history that a run dumped (CHAOS_DUMP=path
+// writes path-<run>.json); CHAOS_REPLAY names the file.
+func TestChaosReplayCheck(t *testing.T) {
+	path := os.Getenv("CHAOS_REPLAY")
+	if path == "" {
+		t.Skip("set CHAOS_REPLAY to a dumped history")
+	}
+	ops, err := loadHistory(path)
+	require.NoError(t, err)
+	fresh, stale := splitStale(ops)
+	t.Logf("%d stale gets", len(stale))
+	if s := os.Getenv("CHAOS_REPLAY_UNTIL"); s != "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(t, err)
+		var cut []op
+		for _, o := range fresh {
+			if o.call < int64(d) {
+				cut = append(cut, o)
+			}
+		}
+		fresh = cut
+	}
+	replayLag := lag
+	if s := os.Getenv("CHAOS_REPLAY_LAG"); s != "" {
+		replayLag, _ = time.ParseDuration(s)
+	}
+	v := check(fresh, nil, replayLag, time.Minute)
+	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))
+}

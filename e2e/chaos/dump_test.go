@@ -1,0 +1,50 @@
+package chaos
+
+import (
+	"encoding/json"
+	"os"
+)
+
+// dumpOp is op in a form encoding/json writes, for replaying a check.
+type dumpOp struct {
+	Client      int
+	Kind        opKind
+	Node        int
+	Report      report
+	Why         string
+	Status      status
+	Code, Epoch string
+	Rev         uint64
+	Agg         report
+	Alien       bool
+	Call, Ret   int64
+}
+
+func dumpHistory(path string, ops []op) error {
+	out := make([]dumpOp, len(ops))
+	for i, o := range ops {
+		out[i] = dumpOp{o.client, o.in.kind, o.in.node, o.in.report, o.in.why, o.out.status, o.out.code, o.out.epoch, o.out.rev, o.out.agg, o.out.alien, o.call, o.ret}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func loadHistory(path string) ([]op, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var in []dumpOp
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	ops := make([]op, len(in))
+	for i, d := range in {
+		ops[i] = op{client: d.Client, in: input{kind: d.Kind, node: d.Node, report: d.Report, why: d.Why},
+			out: output{status: d.Status, code: d.Code, epoch: d.Epoch, rev: d.Rev, agg: d.Agg, alien: d.Alien}, call: d.Call, ret: d.Ret}
+	}
+	return ops, nil
+}

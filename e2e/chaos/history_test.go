@@ -1,0 +1,248 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"flowstate/codec"
+	"flowstate/flowstate"
+	"flowstate/protocol"
+)
+
+// The clients report for a bounded set of nodes and flows, so that the
+// model's state stays small.
+const (
+	nNodes   = 6 // node ids 1..nNodes
+	nFlows   = 4 // flow ids 1..nFlows
+	maxValue = 999
+)
+
+// report is one node's report, or an aggregate: per flow, state_size,
+// last_exec_time and start_time, 0 when absent (the clients send 1 to
+// maxValue).
+type report [nFlows][3]uint16
+
+type opKind uint8
+
+const (
+	opGet     opKind = iota
+	opReport         // a valid report
+	opInvalid        // a report the worker must reject
+)
+
+type input struct {
+	kind   opKind
+	node   int // index: node id node+1
+	report report
+	why    string // opInvalid: what is wrong with it
+	call   int64  // the operation's invocation and completion, for the model's clock
+	ret    int64
+}
+
+type status uint8
+
+const (
+	stOK       status = iota // acked, or a get answered
+	stRejected               // 4xx, or no responders: nothing happened
+	stUnknown                // timeout, 5xx, connection lost: may or may not have happened
+)
+
+type output struct {
+	status status
+	code   string // service error code, or the client's error
+	epoch  string
+	rev    uint64
+	agg    report // a get's aggregate
+	alien  bool   // the aggregate holds flows or values no client sent
+}
+
+// op is one recorded operation; times are ns since the history's origin.
+type op struct {
+	client    int
+	in        input
+	out       output
+	call, ret int64
+}
+
+// history is every operation of a run, in completion order.
+type history struct {
+	origin time.Time
+	mu     sync.Mutex
+	ops    []op
+}
+
+func newHistory() *history { return &history{origin: time.Now()} }
+
+// now is the history's clock (monotonic).
+func (h *history) now() int64 { return int64(time.Since(h.origin)) }
+
+func (h *history) add(o op) {
+	h.mu.Lock()
+	h.ops = append(h.ops, o)
+	h.mu.Unlock()
+}
+
+func (h *history) snapshot() []op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]op(nil), h.ops...)
+}
+
+var subjects = protocol.SubjectsOf(protocol.DefaultPrefix)
+
+// client sends operations on its own connection until ctx ends.
+type client struct {
+	id      int
+	nc      *nats.Conn
+	rng     *rand.Rand
+	h       *history
+	timeout time.Duration // of a request
+	pause   time.Duration // at most, between two operations
+}
+
+func (c *client) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		c.h.add(c.do(c.next()))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(c.rng.Int64N(int64(c.pause) + 1))):
+		}
+	}
+}
+
+// next draws an operation: gets and reports about evenly, some reports
+// empty, some that the worker must reject.
+func (c *client) next() input {
+	in := input{kind: opReport, node: c.rng.IntN(nNodes)}
+	switch p := c.rng.IntN(100); {
+	case p < 45:
+		return input{kind: opGet}
+	case p < 50:
+		// empty: the node leaves every flow
+	case p < 55:
+		in.kind, in.why = opInvalid, "subject and body name different nodes"
+	case p < 58:
+		in.kind, in.why = opInvalid, "a float value"
+	default:
+		for f := range nFlows {
+			if c.rng.IntN(2) == 0 {
+				continue
+			}
+			for k := range 3 {
+				if c.rng.IntN(3) > 0 {
+					in.report[f][k] = uint16(1 + c.rng.IntN(maxValue))
+				}
+			}
+		}
+	}
+	return in
+}
+
+// do sends one operation and records its result.
+func (c *client) do(in input) op {
+	o := op{client: c.id, in: in}
+	subject, body := subjects.Get, []byte(nil)
+	switch in.kind {
+	case opReport:
+		subject, body = subjects.Heartbeat(uint64(in.node+1)), encodeReport(in.node, in.report)
+	case opInvalid:
+		subject, body = subjects.Heartbeat(uint64(in.node+1)), invalidBody(in)
+	}
+	o.call = c.h.now()
+	o.in.call = o.call
+	msg, err := c.nc.Request(subject, body, c.timeout)
+	o.ret = c.h.now()
+	o.out = result(in, msg, err)
+	return o
+}
+
+func encodeReport(node int, r report) []byte {
+	rep := codec.Report{NodeID: uint64(node + 1)}
+	for f := range nFlows {
+		fl := flowstate.Flow{ID: flowstate.FlowID(f + 1)}
+		if v := r[f][0]; v != 0 {
+			fl.Has, fl.StateSize = fl.Has|flowstate.HasStateSize, uint64(v)
+		}
+		if v := r[f][1]; v != 0 {
+			fl.Has, fl.LastExecTime = fl.Has|flowstate.HasLastExecTime, int64(v)
+		}
+		if v := r[f][2]; v != 0 {
+			fl.Has, fl.StartTime = fl.Has|flowstate.HasStartTime, int64(v)
+		}
+		if fl.Has != 0 {
+			rep.Flows = append(rep.Flows, fl)
+		}
+	}
+	return codec.AppendReport(nil, &rep)
+}
+
+func invalidBody(in input) []byte {
+	if in.why == "a float value" {
+		b, _ := msgpack.Marshal(map[string]any{"node_id": uint64(in.node + 1), "state_size": map[uint32]float64{1: 1.5}})
+		return b
+	}
+	// The body names another node than the subject.
+	return encodeReport((in.node+1)%nNodes, report{{7, 7, 7}})
+}
+
+// result turns a reply into an output.
+func result(in input, msg *nats.Msg, err error) output {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return output{status: stRejected, code: "no responders"}
+	case err != nil:
+		return output{status: stUnknown, code: err.Error()}
+	}
+	if code := msg.Header.Get(protocol.HeaderErrorCode); code != "" {
+		if code[0] == '4' {
+			return output{status: stRejected, code: code}
+		}
+		return output{status: stUnknown, code: code}
+	}
+	out := output{status: stOK, epoch: msg.Header.Get(protocol.HeaderEpoch)}
+	rev, perr := strconv.ParseUint(msg.Header.Get(protocol.HeaderRevision), 10, 64)
+	if perr != nil || out.epoch == "" {
+		return output{status: stOK, alien: true, code: fmt.Sprintf("bad version headers %v", msg.Header)}
+	}
+	out.rev = rev
+	if in.kind == opGet {
+		out.agg, out.alien = decodeAggregate(msg.Data)
+	}
+	return out
+}
+
+// decodeAggregate returns the aggregate, and whether it holds anything
+// that no client sent (or does not decode).
+func decodeAggregate(data []byte) (report, bool) {
+	var r report
+	v, err := codec.DecodeAggregate(data)
+	if err != nil {
+		return r, true
+	}
+	alien := false
+	put := func(id flowstate.FlowID, k int, x int64) {
+		if id < 1 || id > nFlows || x < 1 || x > maxValue {
+			alien = true
+			return
+		}
+		r[id-1][k] = uint16(x)
+	}
+	for id, x := range v.StateSize {
+		put(id, 0, int64(min(x, maxValue+1)))
+	}
+	for id, x := range v.LastExecTimeMap {
+		put(id, 1, x)
+	}
+	for id, x := range v.StartTimeMap {
+		put(id, 2, x)
+	}
+	return r, alien
+}

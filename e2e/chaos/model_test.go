@@ -1,0 +1,331 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"hash/maphash"
+	"slices"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// state is the model's state in one epoch: every node's last applied
+// report, and the revision.
+type state struct {
+	nodes [nNodes]report
+	rev   uint64
+}
+
+// aggregate is the per-flow, per-field max over the nodes' reports.
+func aggregate(nodes *[nNodes]report) report {
+	var a report
+	for n := range nodes {
+		for f := range nFlows {
+			for k := range 3 {
+				a[f][k] = max(a[f][k], nodes[n][f][k])
+			}
+		}
+	}
+	return a
+}
+
+// covered reports whether r is at most agg in every field.
+func covered(r, agg *report) bool {
+	for f := range nFlows {
+		for k := range 3 {
+			if r[f][k] > agg[f][k] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// pendingOp is a report of unknown outcome (no answer, or 5xx), or one
+// acked in another epoch: it may take effect at one instant between its
+// invocation and its deadline, or never. (A report acked in the old epoch
+// as the bucket is purged may be stored after the purge, and so be in the
+// new epoch's state, which then does not start empty.)
+type pendingOp struct {
+	epoch    string // acked in this epoch ("": unknown outcome)
+	rev      uint64 // acked at this revision
+	node     int
+	report   report
+	call     int64
+	deadline int64
+}
+
+// model is the worker's specification. A get returns the aggregate at one
+// instant with its revision; an acked report takes effect at one instant
+// with a greater revision; a report of unknown outcome may take effect
+// once before its deadline, or never; an acked invalid report is
+// impossible. Rejected reports and failed gets change nothing and are not
+// in the history.
+//
+// Reports of unknown outcome are not operations of the history that the
+// search must place: they are the model's table, and a get that does not
+// match the state may apply those that were in flight (each node's report
+// replaced by one of them). Placing hundreds of them (a JetStream outage
+// answers 503 at once) would make the search exponential; this keeps it
+// linear. It is permissive on revisions while one is in flight (a get may
+// then see a higher revision than the last write it knows of).
+type model struct {
+	table []pendingOp            // by invocation
+	cands map[string][]pendingOp // per epoch, those of table that may take effect in it, by invocation
+	acks  map[string][]uint64    // per epoch, the revisions of acked reports, ascending
+	lag   int64
+}
+
+func (m *model) step(st, in, out any) []any {
+	s, i, o := st.(state), in.(input), out.(output)
+	switch {
+	case i.kind == opGet:
+		return m.get(s, i, o)
+	case i.kind == opInvalid || o.alien:
+		return nil
+	case o.rev <= s.rev || m.ackedBetween(o.epoch, s.rev, o.rev-1):
+		return nil
+	default:
+		s.nodes[i.node] = i.report
+		s.rev = o.rev
+		return []any{s}
+	}
+}
+
+// ackedBetween reports whether a report of epoch was acked at a revision in
+// (lo, hi]: a write that a state at hi includes, and at lo does not. A
+// step that passes over it before it is linearised cannot be right (the
+// search would otherwise explain the state with reports in flight).
+func (m *model) ackedBetween(epoch string, lo, hi uint64) bool {
+	revs := m.acks[epoch]
+	i, _ := slices.BinarySearch(revs, lo+1)
+	return i < len(revs) && revs[i] <= hi
+}
+
+// inFlight returns the reports that may take effect in epoch while the get
+// i runs: those of unknown outcome and those acked in another epoch.
+func (m *model) inFlight(i input, epoch string) []pendingOp {
+	c := m.cands[epoch]
+	hi, _ := slices.BinarySearchFunc(c, i.ret+1, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
+	lo := hi
+	for lo > 0 && c[lo-1].deadline >= i.call {
+		lo--
+	}
+	return c[lo:hi]
+}
+
+// candidates returns, per epoch of the history h, the reports of table
+// that may take effect in it: those invoked from lag before its first
+// operation (or, for a memory worker's epoch, from its start) to its last
+// one, and not acked in it.
+func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) map[string][]pendingOp {
+	type span struct{ first, last int64 }
+	spans := map[string]*span{}
+	for _, o := range h {
+		e := o.Output.(output).epoch
+		if sp := spans[e]; sp == nil {
+			spans[e] = &span{o.Call, o.Return}
+		} else {
+			sp.first, sp.last = min(sp.first, o.Call), max(sp.last, o.Return)
+		}
+	}
+	out := map[string][]pendingOp{}
+	for e, sp := range spans {
+		from := sp.first - lag
+		if open, ok := opens[e]; ok {
+			from = open
+		}
+		lo, _ := slices.BinarySearchFunc(table, from, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
+		var c []pendingOp
+		for _, p := range table[lo:] {
+			if p.call > sp.last {
+				break
+			}
+			if p.epoch != e {
+				c = append(c, p)
+			}
+		}
+		out[e] = c
+	}
+	return out
+}
+
+// maxChoices bounds the successors of one get.
+const maxChoices = 64
+
+// get returns the states in which get i may see o.
+func (m *model) get(s state, i input, o output) []any {
+	if o.alien || o.rev < s.rev || m.ackedBetween(o.epoch, s.rev, o.rev) {
+		return nil
+	}
+	flight := m.inFlight(i, o.epoch)
+	if aggregate(&s.nodes) == o.agg && (o.rev == s.rev || len(flight) > 0) {
+		s.rev = o.rev
+		return []any{s}
+	}
+	if len(flight) == 0 {
+		return nil
+	}
+	// Per node, what it may hold: its report (-1) or one in flight (the
+	// latest first), within the aggregate; of those that reach the same
+	// fields of the aggregate, the first. The nodes together must reach
+	// every field.
+	var need uint16
+	for f := range nFlows {
+		for k := range 3 {
+			if o.agg[f][k] > 0 {
+				need |= 1 << (f*3 + k)
+			}
+		}
+	}
+	type option struct {
+		j    int // index in flight, -1: the node's report
+		hits uint16
+	}
+	var opts [nNodes][]option
+	add := func(n, j int, r *report) {
+		if !covered(r, &o.agg) {
+			return
+		}
+		h := hits(r, &o.agg)
+		for _, x := range opts[n] {
+			if x.hits == h {
+				return
+			}
+		}
+		opts[n] = append(opts[n], option{j, h})
+	}
+	for n := range nNodes {
+		add(n, -1, &s.nodes[n])
+	}
+	for j := len(flight) - 1; j >= 0; j-- {
+		add(flight[j].node, j, &flight[j].report)
+	}
+	var reach [nNodes + 1]uint16
+	for n := nNodes - 1; n >= 0; n-- {
+		reach[n] = reach[n+1]
+		for _, x := range opts[n] {
+			reach[n] |= x.hits
+		}
+	}
+	var out []any
+	var choice [nNodes]int
+	var walk func(n int, got uint16)
+	walk = func(n int, got uint16) {
+		if len(out) >= maxChoices || need&^(got|reach[n]) != 0 {
+			return
+		}
+		if n == nNodes {
+			nodes, used := s.nodes, false
+			for n, j := range choice {
+				if j >= 0 {
+					nodes[n], used = flight[j].report, true
+				}
+			}
+			if used {
+				out = append(out, state{nodes: nodes, rev: o.rev})
+			}
+			return
+		}
+		for _, x := range opts[n] {
+			choice[n] = x.j
+			walk(n+1, got|x.hits)
+		}
+	}
+	walk(0, 0)
+	return out
+}
+
+// hits returns the fields in which r equals the aggregate agg (non-zero).
+func hits(r, agg *report) uint16 {
+	var h uint16
+	for f := range nFlows {
+		for k := range 3 {
+			if agg[f][k] > 0 && r[f][k] == agg[f][k] {
+				h |= 1 << (f*3 + k)
+			}
+		}
+	}
+	return h
+}
+
+var hashSeed = maphash.MakeSeed()
+
+// newModel is the model with its partition by epoch.
+func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
+	m := &model{table: table, cands: candidates(h, table, opens, lag), lag: lag, acks: map[string][]uint64{}}
+	for _, p := range table {
+		if p.epoch != "" {
+			m.acks[p.epoch] = append(m.acks[p.epoch], p.rev)
+		}
+	}
+	for _, revs := range m.acks {
+		slices.Sort(revs)
+	}
+	nm := porcupine.NondeterministicModel{
+		Partition: partition,
+		Init:      func() []any { return []any{state{}} },
+		Step:      m.step,
+		Hash:      func(s any) uint64 { return maphash.Comparable(hashSeed, s.(state)) },
+		DescribeOperation: func(in, out any) string {
+			return describeOp(in.(input), out.(output))
+		},
+		DescribeState: func(s any) string {
+			st := s.(state)
+			return fmt.Sprintf("rev %d agg %s", st.rev, describeReport(aggregate(&st.nodes)))
+		},
+	}
+	return nm.ToModel()
+}
+
+// partition splits the history by the epoch each operation observed; the
+// model starts empty in each one. (Reports of unknown outcome are in the
+// model's table, which knows which epochs they may take effect in.)
+func partition(h []porcupine.Operation) [][]porcupine.Operation {
+	type span struct {
+		first int64
+		ops   []porcupine.Operation
+	}
+	spans := map[string]*span{}
+	var parts []*span
+	for _, o := range h {
+		e := o.Output.(output).epoch
+		sp := spans[e]
+		if sp == nil {
+			sp = &span{first: o.Call}
+			spans[e] = sp
+			parts = append(parts, sp)
+		}
+		sp.first = min(sp.first, o.Call)
+		sp.ops = append(sp.ops, o)
+	}
+	slices.SortFunc(parts, func(a, b *span) int { return cmp.Compare(a.first, b.first) })
+	out := make([][]porcupine.Operation, len(parts))
+	for i, sp := range parts {
+		out[i] = sp.ops
+	}
+	return out
+}
+
+// operations converts the recorded history into porcupine's (answered
+// gets, acked reports, acked invalid reports) and the model's table of
+// reports of unknown outcome, which may take effect up to lag after their
+// invocation.
+func operations(ops []op, lag int64) ([]porcupine.Operation, []pendingOp) {
+	var h []porcupine.Operation
+	var table []pendingOp
+	for _, o := range ops {
+		switch {
+		case o.out.status == stOK:
+			o.in.ret = o.ret
+			h = append(h, porcupine.Operation{ClientId: o.client, Input: o.in, Call: o.call, Output: o.out, Return: o.ret})
+			if o.in.kind == opReport {
+				table = append(table, pendingOp{epoch: o.out.epoch, rev: o.out.rev, node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
+			}
+		case o.out.status == stUnknown && o.in.kind == opReport:
+			table = append(table, pendingOp{node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
+		}
+	}
+	slices.SortFunc(table, func(a, b pendingOp) int { return cmp.Compare(a.call, b.call) })
+	return h, table
+}

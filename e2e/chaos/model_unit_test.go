@@ -1,0 +1,34 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+)
+
+// The model on small histories: an acked report missing from a later get
+// is a violation; a report answered 503 that shows up later is not.
+func TestModelOnSmallHistories(t *testing.T) {
+	r := report{{5, 6, 7}}
+	ack := op{in: input{kind: opReport, node: 0, report: r}, out: output{status: stOK, epoch: "e", rev: 3}, call: 10, ret: 20}
+	unknown := op{in: input{kind: opReport, node: 0, report: r}, out: output{status: stUnknown, code: "503"}, call: 10, ret: 20}
+	empty := op{in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 0}, call: 30, ret: 40}
+	seen := op{in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 3, agg: r}, call: 30, ret: 40}
+	for _, c := range []struct {
+		name string
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"acked then seen", []op{ack, seen}, porcupine.Ok},
+		{"acked then lost", []op{ack, empty}, porcupine.Illegal},
+		{"503 then seen", []op{unknown, seen}, porcupine.Ok},
+		{"503 then not seen", []op{unknown, empty}, porcupine.Ok},
+		{"ack revision goes back", []op{ack, seen, {in: input{kind: opReport, node: 1}, out: output{status: stOK, epoch: "e", rev: 2}, call: 50, ret: 60}}, porcupine.Illegal},
+		{"another epoch starts empty", []op{ack, {in: input{kind: opGet}, out: output{status: stOK, epoch: "f", rev: 0}, call: 30, ret: 40}}, porcupine.Ok},
+	} {
+		v := check(c.ops, nil, lag, 10*time.Second)
+		assert.Equal(t, c.want, v.result, c.name)
+	}
+}

@@ -1,0 +1,326 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/protocol"
+)
+
+const (
+	requestTimeout = 4 * time.Second  // a client's request
+	lag            = 10 * time.Second // an unanswered report takes effect within this of its invocation, or never
+	quiet          = 2 * time.Second  // clients go on after the nemesis stops
+	convergeWithin = 60 * time.Second // the final gets agree
+	finalGets      = 30               // equal gets in a row that end a run
+)
+
+// runConfig is one run: a system, its clients, and the nemesis.
+type runConfig struct {
+	name      string
+	seed      uint64
+	duration  time.Duration
+	clients   int
+	jetstream bool
+	faults    bool
+	worker    string   // the worker binary
+	env       []string // extra environment of the worker
+	checkFor  time.Duration
+	outDir    string // where a violation is written; "" names one under os.TempDir
+}
+
+// runResult is what a run found.
+type runResult struct {
+	ops, faults int
+	stale       int // gets that served a stale state (the README's exception)
+	verdict     verdict
+	problems    []string // final gets that disagree, acked reports lost
+	dir         string   // where the violation was written
+}
+
+func (r runResult) ok() bool { return r.verdict.result != porcupine.Illegal && len(r.problems) == 0 }
+
+// runChaos runs cfg and checks its history.
+func runChaos(t *testing.T, cfg runConfig) (res runResult) {
+	h := newHistory()
+	var s *system
+	if cfg.jetstream {
+		s = startJetStreamSystem(t, h.now)
+	} else {
+		s = startMemorySystem(t, h.now, cfg.worker, cfg.env...)
+	}
+	ctx, stopClients := context.WithCancel(context.Background())
+	defer stopClients()
+	var wg sync.WaitGroup
+	for i := range cfg.clients {
+		nc, err := s.connect(fmt.Sprintf("chaos client %d", i))
+		require.NoError(t, err)
+		defer nc.Close()
+		c := &client{id: i, nc: nc, rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)+1)), h: h, timeout: requestTimeout, pause: 50 * time.Millisecond}
+		wg.Go(func() { c.run(ctx) })
+	}
+	nem := &nemesis{s: s, rng: rand.New(rand.NewPCG(cfg.seed, 0)), h: h}
+	if cfg.jetstream {
+		nc, err := s.connect("chaos nemesis")
+		require.NoError(t, err)
+		defer nc.Close()
+		nem.js, err = jetstream.New(nc)
+		require.NoError(t, err)
+	}
+	nctx, stopNemesis := context.WithTimeout(context.Background(), cfg.duration)
+	defer stopNemesis()
+	var nemErr error
+	if cfg.faults {
+		nemErr = nem.run(nctx)
+	} else {
+		<-nctx.Done()
+	}
+	<-time.After(quiet) // the clients go on without faults for a while
+	stopClients()
+	wg.Wait()
+	res.faults = len(nem.events())
+	defer func() { res.report(t, cfg, s, nem, h) }()
+	require.NoError(t, nemErr, "nemesis log:\n%s", formatEvents(nem.events()))
+
+	last := s.finalGets(t, h, cfg.clients)
+	ops := h.snapshot()
+	if p := os.Getenv("CHAOS_DUMP"); p != "" {
+		require.NoError(t, dumpHistory(p+"-"+cfg.name+".json", ops))
+	}
+	res.problems = append(res.problems, lostAcks(ops, last)...)
+	res.problems = append(res.problems, unexpectedRejections(ops)...)
+	fresh, stale := splitStale(ops)
+	res.stale = len(stale)
+	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(nem.events()))...)
+	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
+	res.ops = res.verdict.ops
+	return res
+}
+
+// report logs the run, and writes what a failed one needs to be understood.
+func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis, h *history) {
+	v := r.verdict
+	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected; %d stale gets",
+		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), r.faults, r.stale)
+	for _, p := range r.problems {
+		t.Logf("%s: %s", cfg.name, p)
+	}
+	if r.ok() && !t.Failed() {
+		return
+	}
+	r.dir = cfg.outDir
+	if r.dir == "" {
+		r.dir = filepath.Join(os.TempDir(), fmt.Sprintf("flowstate-chaos-%s-seed-%d", cfg.name, cfg.seed))
+	}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		t.Errorf("chaos: %v", err)
+		return
+	}
+	evs := nem.events()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(r.dir, name), []byte(body), 0o644); err != nil {
+			t.Errorf("chaos: %v", err)
+		}
+	}
+	write("nemesis.log", formatEvents(evs))
+	var logs strings.Builder
+	for _, p := range append(append([]*proc(nil), s.servers...), s.workers...) {
+		fmt.Fprintf(&logs, "== %s\n%s\n", p.name, p.tail(logKeep))
+	}
+	write("processes.log", logs.String())
+	if err := dumpHistory(filepath.Join(r.dir, "history.json"), h.snapshot()); err != nil {
+		t.Errorf("chaos: %v", err)
+	}
+	if v.model.Step != nil {
+		v.info.AddAnnotations(annotations(evs))
+		if err := porcupine.VisualizePath(v.model, v.info, filepath.Join(r.dir, "history.html")); err != nil {
+			t.Errorf("chaos: visualisation: %v", err)
+		}
+	}
+	t.Logf("%s: the history (history.html), the nemesis log and the processes' output are in %s", cfg.name, r.dir)
+}
+
+func resultWord(r porcupine.CheckResult) string {
+	switch r {
+	case porcupine.Ok:
+		return "linearizable"
+	case porcupine.Illegal:
+		return "NOT linearizable"
+	default:
+		return "unknown (the check timed out)"
+	}
+}
+
+// opens returns the start time of each memory worker instance's epoch, so
+// that a report unanswered by a killed instance is not expected in the next
+// one. A JetStream epoch starts with a purge and is shared: none.
+func (s *system) opens() map[string]int64 {
+	if s.jetstream {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, w := range s.workers {
+		for _, in := range w.epochs() {
+			if in.epoch != "" {
+				out[in.epoch] = in.start
+			}
+		}
+	}
+	return out
+}
+
+// staleWindows returns when a JetStream worker may serve a stale get: from
+// a nats-server's kill, or a worker's SIGSTOP, until staleGrace after it is
+// undone. (A paused worker's read barrier times out in the pause, and it
+// answers the gets queued meanwhile from its old state.) A memory worker
+// never may.
+func (s *system) staleWindows(evs []event) [][2]int64 {
+	var out [][2]int64
+	for _, e := range evs {
+		if s.jetstream && (strings.HasPrefix(e.action, "SIGKILL nats-server") || strings.HasPrefix(e.action, "SIGSTOP")) {
+			out = append(out, [2]int64{e.start, e.end + int64(staleGrace)})
+		}
+	}
+	return out
+}
+
+// finalGets gets the state, recording each get, until finalGets gets in a
+// row agree and every worker answered one of them; it returns the last.
+func (s *system) finalGets(t *testing.T, h *history, id int) op {
+	nc, err := s.connect("chaos final gets")
+	require.NoError(t, err)
+	defer nc.Close()
+	c := &client{id: id, nc: nc, h: h, timeout: requestTimeout}
+	deadline := time.Now().Add(convergeWithin)
+	var last op
+	var before map[string]int
+	for n := 0; ; {
+		require.True(t, time.Now().Before(deadline), "the workers' gets did not agree %d times in a row within %v; last: %s",
+			finalGets, convergeWithin, describeOp(last.in, last.out))
+		if n == 0 {
+			before = getCounts(t, nc)
+		}
+		o := c.do(input{kind: opGet})
+		h.add(o)
+		switch {
+		case o.out.status != stOK:
+			n = 0
+			time.Sleep(50 * time.Millisecond) // a worker is not ready yet
+			continue
+		case n > 0 && (o.out.epoch != last.out.epoch || o.out.rev != last.out.rev || o.out.agg != last.out.agg):
+			n = 0
+		}
+		last = o
+		if n++; n < finalGets {
+			continue
+		}
+		after := getCounts(t, nc)
+		all := len(after) == len(s.workers) // every worker answered $SRV.STATS
+		for id, k := range after {
+			all = all && k > before[id]
+		}
+		if all {
+			return last
+		}
+		n = 0
+	}
+}
+
+// getCounts returns how many gets each worker instance has answered.
+func getCounts(t *testing.T, nc *nats.Conn) map[string]int {
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.PublishRequest("$SRV.STATS."+protocol.ServiceName, inbox, nil))
+	out := map[string]int{}
+	for {
+		msg, err := sub.NextMsg(300 * time.Millisecond)
+		if err != nil {
+			return out
+		}
+		var st micro.Stats
+		if json.Unmarshal(msg.Data, &st) != nil {
+			continue
+		}
+		for _, e := range st.Endpoints {
+			if e.Name == "get" {
+				out[st.ID] = e.NumRequests
+			}
+		}
+	}
+}
+
+// lostAcks checks that the last acked report of every node in the final
+// epoch, unless another report of the node may have taken effect after it,
+// is in the final state.
+func lostAcks(ops []op, final op) []string {
+	var problems []string
+	for n := range nNodes {
+		var last *op
+		for i := range ops {
+			o := &ops[i]
+			if o.in.kind == opReport && o.in.node == n && o.out.status == stOK && o.out.epoch == final.out.epoch &&
+				(last == nil || o.call > last.call) {
+				last = o
+			}
+		}
+		if last == nil {
+			continue
+		}
+		superseded := false
+		for i := range ops {
+			o := &ops[i]
+			if o == last || o.in.kind != opReport || o.in.node != n || o.out.status == stRejected {
+				continue
+			}
+			end := o.ret
+			if o.out.status == stUnknown {
+				end = max(end, o.call+int64(lag))
+			}
+			superseded = superseded || end >= last.call && (o.out.status == stUnknown || o.out.epoch == final.out.epoch)
+		}
+		if superseded {
+			continue
+		}
+		for f := range nFlows {
+			for k := range 3 {
+				if final.out.agg[f][k] < last.in.report[f][k] {
+					problems = append(problems, fmt.Sprintf("node %d's last acked report is lost: %s; final state %s",
+						n+1, describeOp(last.in, last.out), describeReport(final.out.agg)))
+					return problems
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// unexpectedRejections lists valid reports answered 4xx and invalid ones
+// not rejected (acked invalid reports are also the model's violations).
+func unexpectedRejections(ops []op) []string {
+	var problems []string
+	for _, o := range ops {
+		if o.in.kind == opReport && o.out.status == stRejected && o.out.code != "no responders" {
+			problems = append(problems, "a valid report was rejected: "+describeOp(o.in, o.out))
+		}
+		if len(problems) == 5 {
+			break
+		}
+	}
+	return problems
+}

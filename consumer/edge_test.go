@@ -273,3 +273,37 @@ func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T)
 	assert.EqualValues(t, 2, state.nodeCalls.Load(), "refused without a copy")
 	assert.EqualValues(t, 1, f.worker.Stats().RequestErrors["nodes/too_large"])
 }
+
+// TestGetWhoseReadBarrierFailsAnswers503 shows that a worker of a shared
+// store that cannot tell whether its state holds every acked report (its
+// read barrier failed) answers 503 instead of a state that may be older
+// than an ack, and answers again once the barrier holds.
+func TestGetWhoseReadBarrierFailsAnswers503(t *testing.T) {
+	state := newFakeState()
+	var failing atomic.Bool
+	state.sync = func(context.Context) error {
+		if failing.Load() {
+			return fmt.Errorf("the watch has not reached revision 9: %w", context.DeadlineExceeded)
+		}
+		return nil
+	}
+	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
+
+	failing.Store(true)
+	for _, chunked := range []bool{false, true} {
+		msg := &nats.Msg{Subject: "flow.state.get", Header: nats.Header{}}
+		if chunked {
+			msg.Header.Set(protocol.HeaderChunks, "1")
+		}
+		reply, err := f.nc.RequestMsg(msg, wait)
+		require.NoError(t, err)
+		assert.Equal(t, "503", reply.Header.Get(protocol.HeaderErrorCode), "chunked %v", chunked)
+		assert.Contains(t, reply.Header.Get(protocol.HeaderError), "read barrier")
+		assert.Empty(t, reply.Data)
+	}
+
+	failing.Store(false)
+	_, rev, _ := get(t, f.nc, true)
+	assert.NotZero(t, rev)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"mime"
 
 	"github.com/nats-io/nats.go"
@@ -12,6 +11,7 @@ import (
 
 	"flowstate/codec"
 	"flowstate/flowstate"
+	"flowstate/kv"
 	"flowstate/protocol"
 )
 
@@ -35,8 +35,13 @@ func (w *Worker) serveGet(req micro.Request) error {
 	}
 	ctx := w.ctx
 	if err := w.mgr.Sync(ctx); err != nil {
-		// A shared store's read barrier failed: serve what this worker has.
-		w.logThrottled(slog.LevelWarn, "get served without a read barrier", slog.String("subject", cutToken(req.Subject())), slog.Any("err", err))
+		// A shared store's read barrier failed: this worker cannot tell
+		// that its state holds every acked report, so it answers 503
+		// rather than a state older than an ack (the client asks again).
+		if !errors.Is(err, kv.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", kv.ErrUnavailable, err)
+		}
+		return fmt.Errorf("read barrier: %w", err)
 	}
 	if chunked {
 		return w.serveChunkedGet(ctx, req)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,9 @@ type ReplicaOptions struct {
 	// Now tells the time of a report when the store does not; time.Now if
 	// nil.
 	Now func() time.Time
+	// Window is how many node-key writes a worker keeps in flight
+	// (Submit); DefaultWindow if 0.
+	Window int
 	// OnChange, if set, is called after the served state changed or this
 	// worker became the publisher, so that the state is published; several
 	// changes may make one call. It is called outside any lock, from the
@@ -61,6 +65,9 @@ type ReplicaOptions struct {
 func (o ReplicaOptions) withDefaults() ReplicaOptions {
 	if o.ApplyTimeout <= 0 {
 		o.ApplyTimeout = DefaultApplyTimeout
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -85,9 +92,6 @@ type Replica struct {
 	log   *slog.Logger
 	lease *lease.Lease
 	kick  chan struct{} // wakes the lease loop; capacity 1
-
-	mergeMu sync.Mutex // serialises MergeFlows; guards buf
-	buf     []byte
 
 	aggMu    sync.Mutex // serialises the aggregate-key writes; guards aggFlows, aggJSON
 	aggFlows []Flow
@@ -115,6 +119,9 @@ type Replica struct {
 	deltaBase   uint64        // revision of the last Delta in epoch
 	resync      bool          // the next Delta must make clients resync
 	spare       []Flow
+	own         map[uint64][]*ownWrite // per node, this worker's writes the watch has not delivered, in order
+	ownFree     []*ownWrite
+	keyBuf      []byte
 }
 
 // replicaNode is what a Replica keeps of a node beside its report.
@@ -139,6 +146,7 @@ func NewReplica(store kv.Shared, opts ReplicaOptions) (*Replica, error) {
 		kick:     make(chan struct{}, 1),
 		agg:      NewAggregate(),
 		nodes:    make(map[uint64]*replicaNode),
+		own:      make(map[uint64][]*ownWrite),
 		advanced: make(chan struct{}),
 	}, nil
 }
@@ -304,6 +312,7 @@ func (r *Replica) resetLocked(epoch string) {
 	}
 	r.agg.Reset()
 	clear(r.nodes)
+	r.forgetOwnLocked()
 	r.watermark, r.nodeRev, r.behind = 0, 0, 0
 	r.broadcastLocked()
 }
@@ -334,22 +343,30 @@ func (r *Replica) settleLocked() bool {
 	return changed
 }
 
-// applyNodeLocked applies a write of a node's key.
+// applyNodeLocked applies a write of a node's key. A write of this worker
+// is applied from the flows it retained, others' are decoded.
 func (r *Replica) applyNodeLocked(ev kv.Event) {
 	id, err := ParseNodeKey([]byte(ev.Key))
-	if err != nil || NodeKey(id) != ev.Key {
+	if err == nil {
+		r.keyBuf = strconv.AppendUint(append(r.keyBuf[:0], NodeKeyPrefix...), id, 10)
+	}
+	if err != nil || string(r.keyBuf) != ev.Key {
 		r.log.Warn("ignoring a key under the node prefix that no worker writes", slog.String("key", ev.Key))
 		return
 	}
 	r.spare = r.spare[:0]
 	if ev.Op == kv.OpPut {
-		flows, err := AppendValueFlows(r.spare, ev.Value)
-		if err != nil {
-			r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
-				slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))
-			return
+		if flows, ok := r.ownFlowsLocked(id, ev.Value, ev.Revision.Seq); ok {
+			r.spare = flows
+		} else {
+			flows, err := AppendValueFlows(r.spare, ev.Value)
+			if err != nil {
+				r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
+					slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))
+				return
+			}
+			r.spare = flows
 		}
-		r.spare = flows
 	}
 	r.nodeRev = ev.Revision.Seq
 	if ev.Op == kv.OpDelete {

@@ -41,43 +41,17 @@ func (r *Replica) checkLocked() error {
 // MergeFlows writes a node's report (flows sorted by ID, each ID once:
 // ErrUnsortedFlows otherwise) to the node's key and returns once the
 // watch has applied it, so that the report is visible at once to a get on
-// this worker. It fails with an error wrapping kv.ErrUnavailable after
-// ApplyTimeout, and with a *CapacityError, before it writes, if the report
-// would take this replica's state past ReplicaOptions.Limits.
+// this worker: Submit, then Wait. It fails with an error wrapping
+// kv.ErrUnavailable after ApplyTimeout, and with a *CapacityError, before
+// it writes, if the report would take this replica's state past
+// ReplicaOptions.Limits.
 func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (MergeResult, error) {
-	if err := checkSorted(flows); err != nil {
-		return MergeResult{}, err
-	}
-	r.mergeMu.Lock()
-	defer r.mergeMu.Unlock()
-	r.buf = AppendJSON(r.buf[:0], flows) // flows without any field write nothing
-	r.mu.Lock()
-	err := r.checkLocked()
-	if err == nil {
-		err = r.behindLocked()
-	}
-	if err == nil {
-		err = r.agg.Check(nodeID, flows, r.opts.Limits)
-	}
-	epoch, watermark, rev := r.epoch, r.watermark, r.rev
-	r.mu.Unlock()
+	p, err := r.Submit(ctx, nodeID, flows)
 	if err != nil {
 		return MergeResult{}, err
 	}
-	written, err := r.store.Put(ctx, NodeKey(nodeID), r.buf)
-	if err != nil {
-		return MergeResult{}, fmt.Errorf("flowstate: store report of node %d: %w", nodeID, err)
-	}
-	if written.Seq <= watermark {
-		// A new write below what the watch has seen: the bucket was
-		// recreated under us, and the watch is about to start over.
-		return MergeResult{}, fmt.Errorf("%w (revision %d went back below %d)", ErrStoreCleared, written.Seq, watermark)
-	}
-	res, err := r.awaitApplied(ctx, epoch, written.Seq, rev)
-	if err != nil && !errors.Is(err, ErrStoreCleared) {
-		return MergeResult{}, fmt.Errorf("flowstate: report of node %d stored at revision %d, not seen by the watch: %w", nodeID, written.Seq, err)
-	}
-	return res, err
+	defer p.Release()
+	return p.Wait(ctx)
 }
 
 // awaitApplied waits until the served state includes the write seq of

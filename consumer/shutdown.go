@@ -37,6 +37,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	if err := w.stopIntake(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	w.stopPipeline(ctx) // answers the reports still in flight
 	if w.evictStop != nil {
 		close(w.evictStop)
 		<-w.evictDone

@@ -115,12 +115,8 @@ func (w *Worker) stopPipeline(ctx context.Context) {
 		return
 	}
 	close(w.pipe.stop)
-	budget := make(<-chan time.Time) // never, without a deadline
-	if d, ok := ctx.Deadline(); ok {
-		t := time.NewTimer(time.Until(d) / 2)
-		defer t.Stop()
-		budget = t.C
-	}
+	budget, stop := halfBudget(ctx)
+	defer stop()
 	select {
 	case <-w.pipe.done:
 		return
@@ -129,4 +125,15 @@ func (w *Worker) stopPipeline(ctx context.Context) {
 	}
 	w.cancel()
 	<-w.pipe.done // every wait ends with the handlers' context
+}
+
+// halfBudget fires once half of the time ctx leaves has passed; never
+// without a deadline. Call stop when done.
+func halfBudget(ctx context.Context) (budget <-chan time.Time, stop func()) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return make(<-chan time.Time), func() {}
+	}
+	t := time.NewTimer(time.Until(d) / 2)
+	return t.C, func() { t.Stop() }
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -64,12 +63,8 @@ func (w *Worker) stopIntake(ctx context.Context) error {
 	if !w.sub.IsValid() {
 		return nil
 	}
-	budget := make(<-chan time.Time) // never, without a deadline
-	if d, ok := ctx.Deadline(); ok {
-		t := time.NewTimer(time.Until(d) / 2)
-		defer t.Stop()
-		budget = t.C
-	}
+	budget, stop := halfBudget(ctx)
+	defer stop()
 	select {
 	case <-closed:
 		return nil

@@ -115,7 +115,8 @@ type Replica struct {
 	changeRev   uint64        // rev when the served aggregate last changed
 	wroteRev    uint64        // rev of the last aggregate-key write by this worker (0: none)
 	behind      uint64        // a merge gave up waiting for this write; until the watch reaches it, merges fail at once
-	advanced    chan struct{} // closed and replaced whenever what is served advances
+	advanced    chan struct{} // closed and replaced whenever what is served advances, if awaited
+	awaited     bool          // an await took advanced since it was last replaced
 	deltaBase   uint64        // revision of the last Delta in epoch
 	resync      bool          // the next Delta must make clients resync
 	spare       []Flow
@@ -209,6 +210,7 @@ func (r *Replica) await(ctx context.Context, cond func() bool) error {
 	for {
 		r.mu.Lock()
 		ok, stopped, advanced := cond(), r.stopped, r.advanced
+		r.awaited = true
 		r.mu.Unlock()
 		switch {
 		case ok:
@@ -224,8 +226,12 @@ func (r *Replica) await(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// broadcastLocked wakes every await.
+// broadcastLocked wakes every await, if any waits.
 func (r *Replica) broadcastLocked() {
+	if !r.awaited {
+		return // no channel to replace: nothing allocated per event
+	}
+	r.awaited = false
 	close(r.advanced)
 	r.advanced = make(chan struct{})
 }
@@ -346,11 +352,12 @@ func (r *Replica) settleLocked() bool {
 // applyNodeLocked applies a write of a node's key. A write of this worker
 // is applied from the flows it retained, others' are decoded.
 func (r *Replica) applyNodeLocked(ev kv.Event) {
-	id, err := ParseNodeKey([]byte(ev.Key))
-	if err == nil {
-		r.keyBuf = strconv.AppendUint(append(r.keyBuf[:0], NodeKeyPrefix...), id, 10)
+	digits, ok := strings.CutPrefix(ev.Key, NodeKeyPrefix)
+	id, err := strconv.ParseUint(digits, 10, 64)
+	if ok && err == nil {
+		r.keyBuf = strconv.AppendUint(r.keyBuf[:0], id, 10)
 	}
-	if err != nil || string(r.keyBuf) != ev.Key {
+	if !ok || err != nil || string(r.keyBuf) != digits { // the key is NodeKey(id)
 		r.log.Warn("ignoring a key under the node prefix that no worker writes", slog.String("key", ev.Key))
 		return
 	}

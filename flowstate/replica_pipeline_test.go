@@ -1,0 +1,121 @@
+package flowstate_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/flowstate"
+	"flowstate/kv"
+)
+
+// These tests submit several reports before waiting for any (Submit, then
+// Pending.Wait), as the worker's intake pipeline does, on the in-memory
+// shared store and its hooks.
+
+// submit sends a report and fails the test if it is refused before its
+// write.
+func submit(tb testing.TB, r *flowstate.Replica, node uint64, v flowstate.FlowStateValue) *flowstate.Pending {
+	tb.Helper()
+	p, err := r.Submit(tb.Context(), node, v.Flows())
+	require.NoError(tb, err, "submit report of node %d", node)
+	return p
+}
+
+// outcome waits for a submitted report and releases it.
+func outcome(tb testing.TB, p *flowstate.Pending) (flowstate.MergeResult, error) {
+	tb.Helper()
+	defer p.Release()
+	return p.Wait(tb.Context())
+}
+
+func TestReplicaPipelineCompletesInOrderOnceApplied(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	mem.StallWatches()
+	var pending []*flowstate.Pending
+	for node := uint64(1); node <= 5; node++ {
+		pending = append(pending, submit(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node))))
+	}
+	got, _ := fget(t, w.mgr)
+	assert.Empty(t, got.LastExecTimeMap, "stored, but not applied while the watch is stalled")
+	mem.ResumeWatches()
+	var last uint64
+	for i, p := range pending {
+		res, err := outcome(t, p)
+		require.NoError(t, err, "report %d", i+1)
+		assert.GreaterOrEqual(t, res.Revision, last, "a report completes at the served revision, which only grows")
+		last = res.Revision
+	}
+	got, _ = fget(t, w.mgr)
+	assert.Len(t, got.LastExecTimeMap, 5, "every completed report is served")
+}
+
+func TestReplicaPipelineFailureMidWindowCompletesNothingUnstored(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	mem.StallWatches()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
+	mem.SetUnavailable(true)
+	failed := submit(t, w.mgr, 2, lastExecOf(2, 2))
+	mem.SetUnavailable(false)
+	mem.LoseAcks(1)
+	unknown := submit(t, w.mgr, 3, lastExecOf(3, 3))
+	last := submit(t, w.mgr, 4, lastExecOf(4, 4))
+	mem.ResumeWatches()
+
+	_, err := outcome(t, first)
+	require.NoError(t, err)
+	_, err = outcome(t, failed)
+	require.ErrorIs(t, err, kv.ErrUnavailable, "not stored: not completed")
+	_, err = outcome(t, unknown)
+	require.ErrorIs(t, err, kv.ErrUnavailable, "stored, but the store did not say so: not completed")
+	_, err = outcome(t, last)
+	require.NoError(t, err, "a failure before it does not fail a later write")
+
+	got, _ := w.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 1001, 3: 3003, 4: 4004}, got.LastExecTimeMap,
+		"the unstored report is not served; the one whose acknowledgement was lost is, from the store")
+}
+
+func TestReplicaPipelineLaterReportSupersedesFailedOne(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
+	mem.SetUnavailable(true)
+	failed := submit(t, w.mgr, 1, lastExecOf(1, 2))
+	mem.SetUnavailable(false)
+	later := submit(t, w.mgr, 1, lastExecOf(1, 3))
+	_, err := outcome(t, failed)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	_, err = outcome(t, later)
+	require.NoError(t, err)
+	got, _ := fget(t, w.mgr)
+	assert.Equal(t, map[flowstate.FlowID]int64{3: 1003}, got.LastExecTimeMap, "the node's last stored report is its state")
+
+	// The same bytes as a failed write of this worker, written by another
+	// worker, are applied as theirs.
+	other := follow(t, mem, flowstate.ReplicaOptions{})
+	mem.SetUnavailable(true)
+	failed = submit(t, w.mgr, 2, lastExecOf(2, 2))
+	mem.SetUnavailable(false)
+	_, err = outcome(t, failed)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	fmerge(t, other.mgr, 2, lastExecOf(2, 2))
+	got, _ = w.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{2: 2002, 3: 1003}, got.LastExecTimeMap)
+}
+
+func TestReplicaPipelineRefusesPastCapacityBeforeWriting(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 1}})
+	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
+	before, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	_, err = w.mgr.Submit(t.Context(), 2, lastExecOf(2, 2).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity)
+	after, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "nothing written")
+}

@@ -69,7 +69,7 @@ func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint6
 		if !r.servedLocked(seq) {
 			return false
 		}
-		res = MergeResult{Version: Version{Epoch: epoch, Revision: max(seq, r.rev)}, Changed: r.changeRev > rev}
+		res = r.resultLocked(epoch, seq, rev)
 		return true
 	})
 	switch {
@@ -84,6 +84,12 @@ func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint6
 		return MergeResult{}, fmt.Errorf("%w (epoch %s ended)", ErrStoreCleared, epoch)
 	}
 	return res, nil
+}
+
+// resultLocked is the result of a write seq of epoch, served, for a
+// writer that saw revision rev served before it wrote.
+func (r *Replica) resultLocked(epoch string, seq, rev uint64) MergeResult {
+	return MergeResult{Version: Version{Epoch: epoch, Revision: max(seq, r.rev)}, Changed: r.changeRev > rev}
 }
 
 // Publisher reports whether this worker is the publisher now: it holds a

@@ -168,11 +168,27 @@ func (p *Pending) Wait(ctx context.Context) (MergeResult, error) {
 		// recreated under us, and the watch is about to start over.
 		return MergeResult{}, fmt.Errorf("%w (revision %d went back below %d)", ErrStoreCleared, p.seq, p.watermark)
 	}
+	if res, ok := p.applied(); ok {
+		return res, nil
+	}
 	res, err := p.r.awaitApplied(ctx, p.epoch, p.seq, p.rev)
 	if err != nil && !errors.Is(err, ErrStoreCleared) {
 		return MergeResult{}, fmt.Errorf("flowstate: report of node %d stored at revision %d, not seen by the watch: %w", p.nodeID, p.seq, err)
 	}
 	return res, err
+}
+
+// applied returns the result at once if the watch has applied the write
+// already, as it often has by the time the completion stage looks: no
+// timer, no wait.
+func (p *Pending) applied() (MergeResult, bool) {
+	r := p.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.epoch != p.epoch || !r.servedLocked(p.seq) {
+		return MergeResult{}, false
+	}
+	return r.resultLocked(p.epoch, p.seq, p.rev), true
 }
 
 // Release returns p to its pool once the store has answered (the store

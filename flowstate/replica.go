@@ -93,9 +93,10 @@ type Replica struct {
 	lease *lease.Lease
 	kick  chan struct{} // wakes the lease loop; capacity 1
 
-	aggMu    sync.Mutex // serialises the aggregate-key writes; guards aggFlows, aggJSON
-	aggFlows []Flow
-	aggJSON  []byte
+	aggMu        sync.Mutex // serialises the aggregate-key writes; guards aggFlows, aggJSON, fenceRefused
+	aggFlows     []Flow
+	aggJSON      []byte
+	fenceRefused bool // the store refused a fenced write while the lease was held; logged
 
 	// mu guards every field below. What is served is epoch and rev, and
 	// agg's flows unless frozen, then frozenFlows.

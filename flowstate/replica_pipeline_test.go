@@ -1,7 +1,15 @@
 package flowstate_test
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -118,4 +126,44 @@ func TestReplicaPipelineRefusesPastCapacityBeforeWriting(t *testing.T) {
 	after, err := mem.LastRevision(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "nothing written")
+}
+
+// unfencedStore refuses every aggregate write fenced on the lease, as a
+// server that does not honour the fence header would.
+type unfencedStore struct {
+	*kv.SharedMemory
+}
+
+func (s unfencedStore) PutIf(ctx context.Context, key string, value []byte, cond kv.Condition) (kv.Revision, error) {
+	if key == flowstate.StateKey {
+		return kv.Revision{}, fmt.Errorf("refused: %w", kv.ErrRevisionMismatch)
+	}
+	return s.SharedMemory.PutIf(ctx, key, value, cond)
+}
+
+func TestReplicaFlushRefusedWhileHoldingTheLeaseIsLoggedOnceNotALostLease(t *testing.T) {
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, nil))
+	w := follow(t, unfencedStore{kv.NewSharedMemory(kv.SharedMemoryOptions{})}, flowstate.ReplicaOptions{Logger: log})
+	require.Eventually(t, w.mgr.Publisher, followWait, time.Millisecond, "the only worker becomes the publisher")
+	for node := uint64(1); node <= 3; node++ {
+		fmerge(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node)))
+		require.NoError(t, w.mgr.Flush(t.Context()), "not an error for the publisher: it goes on publishing")
+		assert.True(t, w.mgr.Publisher(), "the lease is not lost")
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	assert.Equal(t, 1, strings.Count(logs.String(), "refused the aggregate write"), "logged once: %s", logs.String())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

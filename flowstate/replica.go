@@ -122,6 +122,7 @@ type Replica struct {
 	resync      bool          // the next Delta must make clients resync
 	spare       []Flow
 	own         map[uint64][]*ownWrite // per node, this worker's writes the watch has not delivered, in order
+	ownNew      map[uint64]struct{}    // nodes with writes in own that were new to agg when written
 	ownFree     []*ownWrite
 	keyBuf      []byte
 }
@@ -149,6 +150,7 @@ func NewReplica(store kv.Shared, opts ReplicaOptions) (*Replica, error) {
 		agg:      NewAggregate(),
 		nodes:    make(map[uint64]*replicaNode),
 		own:      make(map[uint64][]*ownWrite),
+		ownNew:   make(map[uint64]struct{}),
 		advanced: make(chan struct{}),
 	}, nil
 }
@@ -387,6 +389,7 @@ func (r *Replica) applyNodeLocked(ev kv.Event) {
 	if r.agg.Apply(id, r.spare) {
 		r.changed = true
 	}
+	delete(r.ownNew, id) // in agg now
 	n := r.nodes[id]
 	if n == nil {
 		n = &replicaNode{}

@@ -167,3 +167,22 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+func TestReplicaPipelineCountsNewNodesInFlightAgainstMaxNodes(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 2}})
+	mem.StallWatches()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
+	again := submit(t, w.mgr, 1, lastExecOf(1, 2)) // the same node: no new one
+	second := submit(t, w.mgr, 2, lastExecOf(2, 3))
+	_, err := w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity, "two new nodes in flight make the limit")
+	mem.ResumeWatches()
+	for _, p := range []*flowstate.Pending{first, again, second} {
+		_, err := outcome(t, p)
+		require.NoError(t, err)
+	}
+	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity, "two nodes applied make the limit")
+	fmerge(t, w.mgr, 2, lastExecOf(2, 5))
+}

@@ -89,6 +89,9 @@ func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []Flow) (*Pen
 	if err == nil {
 		err = r.agg.Check(nodeID, flows, r.opts.Limits)
 	}
+	if err == nil {
+		err = r.checkNewNodesLocked(nodeID)
+	}
 	if err != nil {
 		r.mu.Unlock()
 		p.done = true
@@ -140,11 +143,36 @@ func (p *Pending) forget() {
 	q := r.own[p.nodeID]
 	for i, w := range q {
 		if w == p.own {
-			r.own[p.nodeID] = append(q[:i], q[i+1:]...)
+			q = append(q[:i], q[i+1:]...)
+			r.own[p.nodeID] = q
 			r.freeOwnLocked(w)
+			if len(q) == 0 {
+				delete(r.ownNew, p.nodeID)
+			}
 			return
 		}
 	}
+}
+
+// checkNewNodesLocked refuses a report of a node new to the aggregate if
+// the nodes of the aggregate and the new nodes whose writes are in flight
+// already make ReplicaOptions.Limits.MaxNodes: Check counts only what the
+// watch applied.
+func (r *Replica) checkNewNodesLocked(nodeID uint64) error {
+	limit := r.opts.Limits.MaxNodes
+	if limit <= 0 || len(r.ownNew) == 0 {
+		return nil
+	}
+	if _, ok := r.ownNew[nodeID]; ok {
+		return nil
+	}
+	if _, ok := r.agg.NodeFlows(nodeID); ok {
+		return nil
+	}
+	if nodes, _ := r.agg.Len(); nodes+len(r.ownNew) >= limit {
+		return &CapacityError{Limit: LimitMaxNodes, Max: limit, Would: nodes + len(r.ownNew) + 1}
+	}
+	return nil
 }
 
 // Wait waits until the report is stored and this worker's watch has
@@ -220,6 +248,9 @@ func (r *Replica) rememberLocked(nodeID uint64, value []byte, flows []Flow) *own
 		}
 	}
 	r.own[nodeID] = append(r.own[nodeID], w)
+	if _, ok := r.agg.NodeFlows(nodeID); !ok {
+		r.ownNew[nodeID] = struct{}{}
+	}
 	return w
 }
 
@@ -259,6 +290,9 @@ func (r *Replica) ownFlowsLocked(id uint64, value []byte, seq uint64) ([]Flow, b
 	}
 	clear(q[len(kept):])
 	r.own[id] = kept
+	if len(kept) == 0 {
+		delete(r.ownNew, id)
+	}
 	return flows, match >= 0
 }
 
@@ -272,4 +306,5 @@ func (r *Replica) forgetOwnLocked() {
 		clear(q)
 		r.own[id] = q[:0]
 	}
+	clear(r.ownNew)
 }

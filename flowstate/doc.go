@@ -74,8 +74,9 @@
 // bucket ever had, so the last exact state stays served, at its revision,
 // until the watch has caught up (kv.Event.Exact).
 //
-// Writes are pipelined. Submit checks a report (sorted flows, capacity by
-// the state the watch made) and sends the node-key write without waiting
+// Writes are pipelined. Submit checks a report (sorted flows; capacity by
+// the state the watch made, counting the new nodes whose writes are in
+// flight, though not their new flows) and sends the node-key write without waiting
 // for the store, if the store is an AsyncPutter (the JetStream store is; a
 // store that is not is written synchronously); the returned Pending's Wait
 // completes once the write is stored and the watch has applied it, and

@@ -166,3 +166,27 @@ func TestPipelineAnswersUnavailableForWhatWasNotStored(t *testing.T) {
 	assert.NotEmpty(t, body)
 	assert.Equal(t, uint64(2), f.worker.Stats().Acked)
 }
+
+func TestPipelineShutdownAnswersWhatIsInFlight(t *testing.T) {
+	srv := startServer(t, nil)
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	f := startWorkerOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
+	ch := replies(t, f.nc)
+	mem.StallWatches()
+	defer mem.ResumeWatches()
+	const n = 3
+	for i := range n {
+		require.NoError(t, f.nc.PublishRequest(subject(uint64(i+1)), "inbox."+strconv.Itoa(i),
+			report(uint64(i+1), flow(flowstate.FlowID(i+1), 1, 1))))
+	}
+	received(t, f.worker, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	require.NoError(t, f.worker.Shutdown(ctx), "the writes the watch never applies do not hold shutdown past its bound")
+	for i := range n {
+		m := nextReply(t, ch)
+		require.Equal(t, "inbox."+strconv.Itoa(i), m.Subject)
+		assert.Equal(t, strconv.Itoa(protocol.CodeUnavailable), m.Header.Get(protocol.HeaderErrorCode),
+			"stored but not applied by the worker's watch: not acknowledged")
+	}
+}

@@ -66,6 +66,16 @@ func nextReply(tb testing.TB, ch chan *nats.Msg) *nats.Msg {
 	}
 }
 
+// sendReports sends reports of nodes 1 to n as requests, answered on
+// inbox.0 to inbox.n-1, without waiting.
+func sendReports(tb testing.TB, nc *nats.Conn, n int) {
+	tb.Helper()
+	for i := range n {
+		require.NoError(tb, nc.PublishRequest(subject(uint64(i+1)), "inbox."+strconv.Itoa(i),
+			report(uint64(i+1), flow(flowstate.FlowID(i+1), 1, 1))))
+	}
+}
+
 // received waits until the worker has taken n reports from its
 // subscription.
 func received(tb testing.TB, w *consumer.Worker, n uint64) {
@@ -125,10 +135,7 @@ func TestPipelineFullWindowBlocksIntake(t *testing.T) {
 
 	mem.StallWatches()
 	const n = 6
-	for i := range n {
-		require.NoError(t, f.nc.PublishRequest(subject(uint64(i+1)), "inbox."+strconv.Itoa(i),
-			report(uint64(i+1), flow(flowstate.FlowID(i+1), 1, 1))))
-	}
+	sendReports(t, f.nc, n)
 	// One report waits in the completion stage, two in the window, one in
 	// the blocked intake; the others wait in the subscription.
 	received(t, f.worker, 4)
@@ -175,10 +182,7 @@ func TestPipelineShutdownAnswersWhatIsInFlight(t *testing.T) {
 	mem.StallWatches()
 	defer mem.ResumeWatches()
 	const n = 3
-	for i := range n {
-		require.NoError(t, f.nc.PublishRequest(subject(uint64(i+1)), "inbox."+strconv.Itoa(i),
-			report(uint64(i+1), flow(flowstate.FlowID(i+1), 1, 1))))
-	}
+	sendReports(t, f.nc, n)
 	received(t, f.worker, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -12,7 +12,8 @@ import (
 )
 
 // handleHeartbeat applies one report. The client library calls it from one
-// goroutine, in arrival order.
+// goroutine, in arrival order. With a pipelined state it only submits the
+// report: the completion stage answers it (pipeline.go).
 func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	w.stats.received.Add(1)
 	if w.dropping.Load() {
@@ -25,7 +26,21 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	if w.cfg.OnApplied != nil {
 		start = time.Now()
 	}
-	node, hasNode, res, err := w.apply(msg)
+	if w.pipe != nil {
+		w.submit(msg, start)
+		return
+	}
+	node, hasNode, flows, err := w.decodeReport(msg)
+	var res flowstate.MergeResult
+	if err == nil {
+		res, err = w.mgr.MergeFlows(w.ctx, w.report.NodeID, flows)
+	}
+	w.answer(msg, node, hasNode, w.report.NodeEpoch, w.report.HasNodeEpoch, start, res, err)
+}
+
+// answer acknowledges a report applied, or answers why it was not.
+func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint64, hasNodeEpoch bool,
+	start time.Time, res flowstate.MergeResult, err error) {
 	if err != nil {
 		v := w.failReport(msg, node, hasNode, err)
 		w.deadLetter(msg, v)
@@ -35,11 +50,11 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	if w.cfg.OnApplied != nil {
 		w.cfg.OnApplied(time.Since(start))
 	}
-	w.noteNodeEpoch(w.report.NodeID, w.report.NodeEpoch, w.report.HasNodeEpoch)
+	w.noteNodeEpoch(node, nodeEpoch, hasNodeEpoch)
 	if msg.Reply != "" {
 		if err := msg.RespondMsg(&nats.Msg{Header: versionHeader(chaosAck(res).Version)}); err != nil {
 			w.logThrottled(slog.LevelWarn, "ack failed", slog.String("subject", cutToken(msg.Subject)),
-				slog.Uint64("node_id", w.report.NodeID), slog.Any("err", err))
+				slog.Uint64("node_id", node), slog.Any("err", err))
 		} else {
 			w.stats.acked.Add(1)
 		}
@@ -49,24 +64,23 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	}
 }
 
-// apply decodes, checks and merges one report, under the base context. It
-// returns the node the report is of, once known.
-func (w *Worker) apply(msg *nats.Msg) (node uint64, hasNode bool, res flowstate.MergeResult, err error) {
+// decodeReport decodes and checks one report into w.report. It returns
+// the node the report is of, once known, and its flows.
+func (w *Worker) decodeReport(msg *nats.Msg) (node uint64, hasNode bool, flows []flowstate.Flow, err error) {
 	token := msg.Subject[min(len(w.hbPrefix), len(msg.Subject)):]
 	subjectNode, ok := protocol.ParseNodeToken(token)
 	if !ok {
-		return 0, false, res, &badReport{kind: "bad_subject", field: "subject",
+		return 0, false, nil, &badReport{kind: "bad_subject", field: "subject",
 			reason: fmt.Sprintf("node id token %q is not a canonical decimal uint64", cut(token, maxTokenEcho))}
 	}
 	if err := w.dec.Decode(msg.Data, &w.report); err != nil {
-		return subjectNode, true, res, err
+		return subjectNode, true, nil, err
 	}
 	if w.report.NodeID != subjectNode {
-		return subjectNode, true, res, &badReport{kind: "subject_mismatch", field: "node_id",
+		return subjectNode, true, nil, &badReport{kind: "subject_mismatch", field: "node_id",
 			reason: fmt.Sprintf("body node_id %d differs from the subject's node id %d", w.report.NodeID, subjectNode)}
 	}
-	res, err = w.mgr.MergeFlows(w.ctx, w.report.NodeID, w.report.Flows)
-	return subjectNode, true, res, err
+	return subjectNode, true, w.report.Flows, nil
 }
 
 // deadLetter sends a report rejected as bad input (400) to the dead-letter

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -37,6 +36,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	if err := w.stopIntake(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	w.stopPipeline(ctx) // answers the reports still in flight
 	if w.evictStop != nil {
 		close(w.evictStop)
 		<-w.evictDone
@@ -63,12 +63,8 @@ func (w *Worker) stopIntake(ctx context.Context) error {
 	if !w.sub.IsValid() {
 		return nil
 	}
-	budget := make(<-chan time.Time) // never, without a deadline
-	if d, ok := ctx.Deadline(); ok {
-		t := time.NewTimer(time.Until(d) / 2)
-		defer t.Stop()
-		budget = t.C
-	}
+	budget, stop := halfBudget(ctx)
+	defer stop()
 	select {
 	case <-closed:
 		return nil

@@ -44,9 +44,10 @@ type Worker struct {
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 
-	sub *nats.Subscription
-	svc micro.Service
-	pub *coalescer
+	sub  *nats.Subscription
+	svc  micro.Service
+	pub  *coalescer
+	pipe *pipeline // the completion stage, for a pipelined state; nil otherwise
 
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
@@ -102,6 +103,9 @@ func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
 	w.pubCtx, w.pubCancel = context.WithCancel(context.Background())
 	w.dec.MaxFlows = cfg.MaxFlows
 	w.pub = newCoalescer(cfg.PublishInterval, w.publishState)
+	if p, ok := state.(pipelined); ok {
+		w.pipe = newPipeline(p)
+	}
 	return w, nil
 }
 
@@ -123,6 +127,9 @@ func (w *Worker) Start() error {
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
+	if w.pipe != nil {
+		go w.runPipeline()
+	}
 	if w.cfg.NodeTTL > 0 {
 		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
 		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)

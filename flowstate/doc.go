@@ -74,16 +74,32 @@
 // bucket ever had, so the last exact state stays served, at its revision,
 // until the watch has caught up (kv.Event.Exact).
 //
-// MergeFlows writes the node's key and waits until the watch has applied that
-// write: an acknowledged report is stored, and visible at once to a get on
-// the worker that acknowledged it. Reports of different nodes are different
-// keys, so two workers merging at the same moment both land in the stream
-// and every worker applies both: there is no read-modify-write of a shared
-// aggregate, and nothing to lose. A get first runs Sync, a read barrier
-// (the stream's last sequence number, then wait until the watch reaches
-// it), so that it includes every report any worker acknowledged before it
-// was sent, and revisions never go back from one get to the next, whichever
-// worker answers.
+// Writes are pipelined. Submit checks a report (sorted flows; capacity by
+// the state the watch made, counting the new nodes whose writes are in
+// flight, though not their new flows) and sends the node-key write without waiting
+// for the store, if the store is an AsyncPutter (the JetStream store is; a
+// store that is not is written synchronously); the returned Pending's Wait
+// completes once the write is stored and the watch has applied it, and
+// fails with an error wrapping kv.ErrUnavailable if the store did not take
+// it or its outcome is unknown (never an acknowledgement of what was not
+// stored). The worker keeps up to ReplicaOptions.Window writes in flight
+// and answers them in arrival order (package consumer). MergeFlows is
+// Submit then Wait. An acknowledged report is stored, and visible at once
+// to a get on the worker that acknowledged it. A later stored report of a
+// node supersedes an earlier one that failed: each node's key holds its
+// last write. The watch does not decode this worker's own writes: the
+// Replica keeps the flows of each write in flight (per node, in order) and
+// applies them when the watch delivers a write of the same bytes to that
+// node's key; the others' writes are decoded (AppendValueFlows). Either
+// way the apply path allocates nothing per report in steady state.
+//
+// Reports of different nodes are different keys, so two workers merging at
+// the same moment both land in the stream and every worker applies both:
+// there is no read-modify-write of a shared aggregate, and nothing to
+// lose. A get first runs Sync, a read barrier (the stream's last sequence
+// number, then wait until the watch reaches it), so that it includes every
+// report any worker acknowledged before it was sent, and revisions never
+// go back from one get to the next, whichever worker answers.
 //
 // One worker at a time, the publisher, holds a lease (PublisherKey; package
 // lease has its rules) that it renews with compare-and-set. Only it writes
@@ -91,7 +107,9 @@
 // refuses the write of a worker that lost the lease, only it evicts silent
 // nodes (for every worker, with deletions conditional on each node's last
 // write), and only it publishes; Flush returns ErrNotPublisher on the
-// others. It serves as the publisher only once its watch has applied its
+// others. An aggregate write the store refuses while this worker still
+// holds the lease (a server that does not honour the fence) is logged
+// once, not taken for a lost lease: the state is still published. It serves as the publisher only once its watch has applied its
 // own takeover, so that its state includes everything its predecessor could
 // have published. OnChange tells the worker that the served state changed
 // or that it became the publisher. The epoch is the store's (see package

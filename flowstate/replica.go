@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,9 @@ type ReplicaOptions struct {
 	// Now tells the time of a report when the store does not; time.Now if
 	// nil.
 	Now func() time.Time
+	// Window is how many node-key writes a worker keeps in flight
+	// (Submit); DefaultWindow if 0.
+	Window int
 	// OnChange, if set, is called after the served state changed or this
 	// worker became the publisher, so that the state is published; several
 	// changes may make one call. It is called outside any lock, from the
@@ -61,6 +65,9 @@ type ReplicaOptions struct {
 func (o ReplicaOptions) withDefaults() ReplicaOptions {
 	if o.ApplyTimeout <= 0 {
 		o.ApplyTimeout = DefaultApplyTimeout
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -86,12 +93,10 @@ type Replica struct {
 	lease *lease.Lease
 	kick  chan struct{} // wakes the lease loop; capacity 1
 
-	mergeMu sync.Mutex // serialises MergeFlows; guards buf
-	buf     []byte
-
-	aggMu    sync.Mutex // serialises the aggregate-key writes; guards aggFlows, aggJSON
-	aggFlows []Flow
-	aggJSON  []byte
+	aggMu        sync.Mutex // serialises the aggregate-key writes; guards aggFlows, aggJSON, fenceRefused
+	aggFlows     []Flow
+	aggJSON      []byte
+	fenceRefused bool // the store refused a fenced write while the lease was held; logged
 
 	// mu guards every field below. What is served is epoch and rev, and
 	// agg's flows unless frozen, then frozenFlows.
@@ -111,10 +116,15 @@ type Replica struct {
 	changeRev   uint64        // rev when the served aggregate last changed
 	wroteRev    uint64        // rev of the last aggregate-key write by this worker (0: none)
 	behind      uint64        // a merge gave up waiting for this write; until the watch reaches it, merges fail at once
-	advanced    chan struct{} // closed and replaced whenever what is served advances
+	advanced    chan struct{} // closed and replaced whenever what is served advances, if awaited
+	awaited     bool          // an await took advanced since it was last replaced
 	deltaBase   uint64        // revision of the last Delta in epoch
 	resync      bool          // the next Delta must make clients resync
 	spare       []Flow
+	own         map[uint64][]*ownWrite // per node, this worker's writes the watch has not delivered, in order
+	ownNew      map[uint64]struct{}    // nodes with writes in own that were new to agg when written
+	ownFree     []*ownWrite
+	keyBuf      []byte
 }
 
 // replicaNode is what a Replica keeps of a node beside its report.
@@ -139,6 +149,8 @@ func NewReplica(store kv.Shared, opts ReplicaOptions) (*Replica, error) {
 		kick:     make(chan struct{}, 1),
 		agg:      NewAggregate(),
 		nodes:    make(map[uint64]*replicaNode),
+		own:      make(map[uint64][]*ownWrite),
+		ownNew:   make(map[uint64]struct{}),
 		advanced: make(chan struct{}),
 	}, nil
 }
@@ -201,6 +213,7 @@ func (r *Replica) await(ctx context.Context, cond func() bool) error {
 	for {
 		r.mu.Lock()
 		ok, stopped, advanced := cond(), r.stopped, r.advanced
+		r.awaited = true
 		r.mu.Unlock()
 		switch {
 		case ok:
@@ -216,8 +229,12 @@ func (r *Replica) await(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// broadcastLocked wakes every await.
+// broadcastLocked wakes every await, if any waits.
 func (r *Replica) broadcastLocked() {
+	if !r.awaited {
+		return // no channel to replace: nothing allocated per event
+	}
+	r.awaited = false
 	close(r.advanced)
 	r.advanced = make(chan struct{})
 }
@@ -304,6 +321,7 @@ func (r *Replica) resetLocked(epoch string) {
 	}
 	r.agg.Reset()
 	clear(r.nodes)
+	r.forgetOwnLocked()
 	r.watermark, r.nodeRev, r.behind = 0, 0, 0
 	r.broadcastLocked()
 }
@@ -334,22 +352,31 @@ func (r *Replica) settleLocked() bool {
 	return changed
 }
 
-// applyNodeLocked applies a write of a node's key.
+// applyNodeLocked applies a write of a node's key. A write of this worker
+// is applied from the flows it retained, others' are decoded.
 func (r *Replica) applyNodeLocked(ev kv.Event) {
-	id, err := ParseNodeKey([]byte(ev.Key))
-	if err != nil || NodeKey(id) != ev.Key {
+	digits, ok := strings.CutPrefix(ev.Key, NodeKeyPrefix)
+	id, err := strconv.ParseUint(digits, 10, 64)
+	if ok && err == nil {
+		r.keyBuf = strconv.AppendUint(r.keyBuf[:0], id, 10)
+	}
+	if !ok || err != nil || string(r.keyBuf) != digits { // the key is NodeKey(id)
 		r.log.Warn("ignoring a key under the node prefix that no worker writes", slog.String("key", ev.Key))
 		return
 	}
 	r.spare = r.spare[:0]
 	if ev.Op == kv.OpPut {
-		flows, err := AppendValueFlows(r.spare, ev.Value)
-		if err != nil {
-			r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
-				slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))
-			return
+		if flows, ok := r.ownFlowsLocked(id, ev.Value, ev.Revision.Seq); ok {
+			r.spare = flows
+		} else {
+			flows, err := AppendValueFlows(r.spare, ev.Value)
+			if err != nil {
+				r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
+					slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))
+				return
+			}
+			r.spare = flows
 		}
-		r.spare = flows
 	}
 	r.nodeRev = ev.Revision.Seq
 	if ev.Op == kv.OpDelete {
@@ -362,6 +389,7 @@ func (r *Replica) applyNodeLocked(ev kv.Event) {
 	if r.agg.Apply(id, r.spare) {
 		r.changed = true
 	}
+	delete(r.ownNew, id) // in agg now
 	n := r.nodes[id]
 	if n == nil {
 		n = &replicaNode{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"flowstate/kv"
@@ -41,43 +42,17 @@ func (r *Replica) checkLocked() error {
 // MergeFlows writes a node's report (flows sorted by ID, each ID once:
 // ErrUnsortedFlows otherwise) to the node's key and returns once the
 // watch has applied it, so that the report is visible at once to a get on
-// this worker. It fails with an error wrapping kv.ErrUnavailable after
-// ApplyTimeout, and with a *CapacityError, before it writes, if the report
-// would take this replica's state past ReplicaOptions.Limits.
+// this worker: Submit, then Wait. It fails with an error wrapping
+// kv.ErrUnavailable after ApplyTimeout, and with a *CapacityError, before
+// it writes, if the report would take this replica's state past
+// ReplicaOptions.Limits.
 func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (MergeResult, error) {
-	if err := checkSorted(flows); err != nil {
-		return MergeResult{}, err
-	}
-	r.mergeMu.Lock()
-	defer r.mergeMu.Unlock()
-	r.buf = AppendJSON(r.buf[:0], flows) // flows without any field write nothing
-	r.mu.Lock()
-	err := r.checkLocked()
-	if err == nil {
-		err = r.behindLocked()
-	}
-	if err == nil {
-		err = r.agg.Check(nodeID, flows, r.opts.Limits)
-	}
-	epoch, watermark, rev := r.epoch, r.watermark, r.rev
-	r.mu.Unlock()
+	p, err := r.Submit(ctx, nodeID, flows)
 	if err != nil {
 		return MergeResult{}, err
 	}
-	written, err := r.store.Put(ctx, NodeKey(nodeID), r.buf)
-	if err != nil {
-		return MergeResult{}, fmt.Errorf("flowstate: store report of node %d: %w", nodeID, err)
-	}
-	if written.Seq <= watermark {
-		// A new write below what the watch has seen: the bucket was
-		// recreated under us, and the watch is about to start over.
-		return MergeResult{}, fmt.Errorf("%w (revision %d went back below %d)", ErrStoreCleared, written.Seq, watermark)
-	}
-	res, err := r.awaitApplied(ctx, epoch, written.Seq, rev)
-	if err != nil && !errors.Is(err, ErrStoreCleared) {
-		return MergeResult{}, fmt.Errorf("flowstate: report of node %d stored at revision %d, not seen by the watch: %w", nodeID, written.Seq, err)
-	}
-	return res, err
+	defer p.Release()
+	return p.Wait(ctx)
 }
 
 // awaitApplied waits until the served state includes the write seq of
@@ -95,7 +70,7 @@ func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint6
 		if !r.servedLocked(seq) {
 			return false
 		}
-		res = MergeResult{Version: Version{Epoch: epoch, Revision: max(seq, r.rev)}, Changed: r.changeRev > rev}
+		res = r.resultLocked(epoch, seq, rev)
 		return true
 	})
 	switch {
@@ -110,6 +85,12 @@ func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint6
 		return MergeResult{}, fmt.Errorf("%w (epoch %s ended)", ErrStoreCleared, epoch)
 	}
 	return res, nil
+}
+
+// resultLocked is the result of a write seq of epoch, served, for a
+// writer that saw revision rev served before it wrote.
+func (r *Replica) resultLocked(epoch string, seq, rev uint64) MergeResult {
+	return MergeResult{Version: Version{Epoch: epoch, Revision: max(seq, r.rev)}, Changed: r.changeRev > rev}
 }
 
 // Publisher reports whether this worker is the publisher now: it holds a
@@ -197,9 +178,22 @@ func (r *Replica) Flush(ctx context.Context) error {
 		r.aggFlows = r.appendServedLocked(r.aggFlows[:0])
 		r.mu.Unlock()
 		r.aggJSON = AppendJSON(r.aggJSON[:0], r.aggFlows)
-		if _, err := r.store.PutIf(ctx, StateKey, r.aggJSON, kv.Condition{Key: PublisherKey, Revision: fence}); err != nil {
+		_, err := r.store.PutIf(ctx, StateKey, r.aggJSON, kv.Condition{Key: PublisherKey, Revision: fence})
+		if errors.Is(err, kv.ErrRevisionMismatch) && r.stillHeld(ctx, fence) {
+			// Refused, though the lease is still this worker's: the store
+			// does not honour the fence (a server too old for it). Not a
+			// lost lease: the state is still published; logged once.
+			if !r.fenceRefused {
+				r.fenceRefused = true
+				r.log.Error("the store refused the aggregate write fenced on the publisher lease, which this worker still holds; the state is published, the aggregate key is not written",
+					slog.String("key", StateKey), slog.Any("err", err))
+			}
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("flowstate: store aggregate: %w", err)
 		}
+		r.fenceRefused = false
 		r.mu.Lock()
 		if r.epoch == epoch {
 			r.wroteRev = rev
@@ -211,6 +205,13 @@ func (r *Replica) Flush(ctx context.Context) error {
 		return ErrNotPublisher
 	}
 	return err
+}
+
+// stillHeld reports whether the lease key's last write is still fence,
+// this worker's.
+func (r *Replica) stillHeld(ctx context.Context, fence uint64) bool {
+	e, err := r.store.Get(ctx, PublisherKey)
+	return err == nil && e.Revision == fence
 }
 
 // appendServedLocked appends the served aggregate to dst.

@@ -250,9 +250,8 @@ func (c *Config) limits() flowstate.Limits {
 }
 
 // jetStreamConfig is the part of c that configures the JetStream store.
-// TODO(merge): pass KVWindow once the JetStream store takes a window.
 func (c *Config) jetStreamConfig() jetstream.Config {
-	return jetstream.Config{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage}
+	return jetstream.Config{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage, Window: c.KVWindow}
 }
 
 // consumerConfig is the part of c that configures the consumer.

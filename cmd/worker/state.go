@@ -44,7 +44,7 @@ func (m *Main) openState() (consumer.State, error) {
 	}
 	m.store = js
 	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{
-		ID: workerID(), Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged,
+		ID: workerID(), Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
 	})
 	if err != nil {
 		return nil, err
@@ -100,3 +100,6 @@ func (m *Main) stopReplica(ctx context.Context) error {
 		return fmt.Errorf("stop the shared state: %w", ctx.Err())
 	}
 }
+
+// The JetStream store takes the replica's writes in flight.
+var _ flowstate.AsyncPutter = (*jetstream.Store)(nil)

@@ -58,7 +58,9 @@ type Config struct {
 	// ProbeInterval is how often the store checks whether JetStream is back
 	// after a write found it unavailable; DefaultProbeInterval if 0.
 	ProbeInterval time.Duration
-	Logger        *slog.Logger // nil: discard
+	// Window is how many puts PutAsync keeps in flight; DefaultWindow if 0.
+	Window int
+	Logger *slog.Logger // nil: discard
 }
 
 func (c Config) withDefaults() Config {
@@ -86,6 +88,9 @@ func (c Config) withDefaults() Config {
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = DefaultProbeInterval
 	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -107,6 +112,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("epoch key %q is not a valid key", c.EpochKey)
 	case c.ProbeKey != "" && !validKey(c.ProbeKey):
 		return fmt.Errorf("probe key %q is not a valid key", c.ProbeKey)
+	case c.Window < 0:
+		return fmt.Errorf("window %d: want a positive number of puts in flight", c.Window)
 	case c.OpTimeout < 0 || c.CheckInterval < 0 || c.Heartbeat < 0 || c.ProbeInterval < 0:
 		return errors.New("durations must not be negative")
 	}
@@ -129,6 +136,7 @@ type Store struct {
 	nc     *nats.Conn
 	js     natsjs.JetStream
 	legacy nats.JetStreamContext // for the ordered push consumer of Watch
+	async  *asyncPuts            // PutAsync's
 	log    *slog.Logger
 	stream string // KV_<bucket>
 	prefix string // $KV.<bucket>.
@@ -185,6 +193,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		stream: "KV_" + cfg.Bucket,
 		prefix: "$KV." + cfg.Bucket + ".",
 		stop:   make(chan struct{}),
+	}
+	if s.async, err = newAsyncPuts(s); err != nil {
+		return nil, err
 	}
 	for {
 		err = s.ensureBucket(ctx, true)

@@ -1,0 +1,188 @@
+package flowstate_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/flowstate"
+	"flowstate/kv"
+)
+
+// These tests submit several reports before waiting for any (Submit, then
+// Pending.Wait), as the worker's intake pipeline does, on the in-memory
+// shared store and its hooks.
+
+// submit sends a report and fails the test if it is refused before its
+// write.
+func submit(tb testing.TB, r *flowstate.Replica, node uint64, v flowstate.FlowStateValue) *flowstate.Pending {
+	tb.Helper()
+	p, err := r.Submit(tb.Context(), node, v.Flows())
+	require.NoError(tb, err, "submit report of node %d", node)
+	return p
+}
+
+// outcome waits for a submitted report and releases it.
+func outcome(tb testing.TB, p *flowstate.Pending) (flowstate.MergeResult, error) {
+	tb.Helper()
+	defer p.Release()
+	return p.Wait(tb.Context())
+}
+
+func TestReplicaPipelineCompletesInOrderOnceApplied(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	mem.StallWatches()
+	var pending []*flowstate.Pending
+	for node := uint64(1); node <= 5; node++ {
+		pending = append(pending, submit(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node))))
+	}
+	got, _ := fget(t, w.mgr)
+	assert.Empty(t, got.LastExecTimeMap, "stored, but not applied while the watch is stalled")
+	mem.ResumeWatches()
+	var last uint64
+	for i, p := range pending {
+		res, err := outcome(t, p)
+		require.NoError(t, err, "report %d", i+1)
+		assert.GreaterOrEqual(t, res.Revision, last, "a report completes at the served revision, which only grows")
+		last = res.Revision
+	}
+	got, _ = fget(t, w.mgr)
+	assert.Len(t, got.LastExecTimeMap, 5, "every completed report is served")
+}
+
+func TestReplicaPipelineFailureMidWindowCompletesNothingUnstored(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	mem.StallWatches()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
+	mem.SetUnavailable(true)
+	failed := submit(t, w.mgr, 2, lastExecOf(2, 2))
+	mem.SetUnavailable(false)
+	mem.LoseAcks(1)
+	unknown := submit(t, w.mgr, 3, lastExecOf(3, 3))
+	last := submit(t, w.mgr, 4, lastExecOf(4, 4))
+	mem.ResumeWatches()
+
+	_, err := outcome(t, first)
+	require.NoError(t, err)
+	_, err = outcome(t, failed)
+	require.ErrorIs(t, err, kv.ErrUnavailable, "not stored: not completed")
+	_, err = outcome(t, unknown)
+	require.ErrorIs(t, err, kv.ErrUnavailable, "stored, but the store did not say so: not completed")
+	_, err = outcome(t, last)
+	require.NoError(t, err, "a failure before it does not fail a later write")
+
+	got, _ := w.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 1001, 3: 3003, 4: 4004}, got.LastExecTimeMap,
+		"the unstored report is not served; the one whose acknowledgement was lost is, from the store")
+}
+
+func TestReplicaPipelineLaterReportSupersedesFailedOne(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
+	mem.SetUnavailable(true)
+	failed := submit(t, w.mgr, 1, lastExecOf(1, 2))
+	mem.SetUnavailable(false)
+	later := submit(t, w.mgr, 1, lastExecOf(1, 3))
+	_, err := outcome(t, failed)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	_, err = outcome(t, later)
+	require.NoError(t, err)
+	got, _ := fget(t, w.mgr)
+	assert.Equal(t, map[flowstate.FlowID]int64{3: 1003}, got.LastExecTimeMap, "the node's last stored report is its state")
+
+	// The same bytes as a failed write of this worker, written by another
+	// worker, are applied as theirs.
+	other := follow(t, mem, flowstate.ReplicaOptions{})
+	mem.SetUnavailable(true)
+	failed = submit(t, w.mgr, 2, lastExecOf(2, 2))
+	mem.SetUnavailable(false)
+	_, err = outcome(t, failed)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	fmerge(t, other.mgr, 2, lastExecOf(2, 2))
+	got, _ = w.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{2: 2002, 3: 1003}, got.LastExecTimeMap)
+}
+
+func TestReplicaPipelineRefusesPastCapacityBeforeWriting(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 1}})
+	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
+	before, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	_, err = w.mgr.Submit(t.Context(), 2, lastExecOf(2, 2).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity)
+	after, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "nothing written")
+}
+
+// unfencedStore refuses every aggregate write fenced on the lease, as a
+// server that does not honour the fence header would.
+type unfencedStore struct {
+	*kv.SharedMemory
+}
+
+func (s unfencedStore) PutIf(ctx context.Context, key string, value []byte, cond kv.Condition) (kv.Revision, error) {
+	if key == flowstate.StateKey {
+		return kv.Revision{}, fmt.Errorf("refused: %w", kv.ErrRevisionMismatch)
+	}
+	return s.SharedMemory.PutIf(ctx, key, value, cond)
+}
+
+func TestReplicaFlushRefusedWhileHoldingTheLeaseIsLoggedOnceNotALostLease(t *testing.T) {
+	var logs bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, nil))
+	w := follow(t, unfencedStore{kv.NewSharedMemory(kv.SharedMemoryOptions{})}, flowstate.ReplicaOptions{Logger: log})
+	require.Eventually(t, w.mgr.Publisher, followWait, time.Millisecond, "the only worker becomes the publisher")
+	for node := uint64(1); node <= 3; node++ {
+		fmerge(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node)))
+		require.NoError(t, w.mgr.Flush(t.Context()), "not an error for the publisher: it goes on publishing")
+		assert.True(t, w.mgr.Publisher(), "the lease is not lost")
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	assert.Equal(t, 1, strings.Count(logs.String(), "refused the aggregate write"), "logged once: %s", logs.String())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestReplicaPipelineCountsNewNodesInFlightAgainstMaxNodes(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 2}})
+	mem.StallWatches()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
+	again := submit(t, w.mgr, 1, lastExecOf(1, 2)) // the same node: no new one
+	second := submit(t, w.mgr, 2, lastExecOf(2, 3))
+	_, err := w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity, "two new nodes in flight make the limit")
+	mem.ResumeWatches()
+	for _, p := range []*flowstate.Pending{first, again, second} {
+		_, err := outcome(t, p)
+		require.NoError(t, err)
+	}
+	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity, "two nodes applied make the limit")
+	fmerge(t, w.mgr, 2, lastExecOf(2, 5))
+}

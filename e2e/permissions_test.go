@@ -13,11 +13,12 @@ import (
 // permissionsConf gives each user only what it needs: the worker takes
 // heartbeats and gets, serves its micro service and replies; a flownode
 // publishes on its own heartbeat subject only (and receives the replies to
-// its requests); a frontend gets and follows the state.
+// its requests); a frontend gets, asks for the node view and follows the
+// state, full and delta updates (v2). README's Security section shows it.
 const permissionsConf = `authorization {
   users = [
     {user: worker, password: "worker-secret", permissions: {
-      publish: {allow: ["flow.state", "_INBOX.>"]}
+      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>"]}
       subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>"]}
     }}
     {user: node7, password: "node7-secret", permissions: {
@@ -29,8 +30,8 @@ const permissionsConf = `authorization {
       subscribe: {allow: ["_INBOX.>"]}
     }}
     {user: frontend, password: "frontend-secret", permissions: {
-      publish: {allow: ["flow.state.get"]}
-      subscribe: {allow: ["_INBOX.>", "flow.state"]}
+      publish: {allow: ["flow.state.get", "flow.state.nodes"]}
+      subscribe: {allow: ["_INBOX.>", "flow.state", "flow.state.delta"]}
     }}
   ]
 }
@@ -61,9 +62,16 @@ func TestPermissionsAndSubjectCheckStopNodeSpoofing(t *testing.T) {
 		}))
 	node8 := dialClient(t, w, nats.UserInfo("node8", "node8-secret"))
 
+	deltas, err := frontend.nc.SubscribeSync("flow.state.delta")
+	require.NoError(t, err)
+	require.NoError(t, frontend.nc.Flush())
 	node8State := flowState{StateSize: map[uint32]uint64{8: 800}, LastExecTime: map[uint32]int64{8: 1700000000008}}
 	acked := node8.report(8, codecReport(8, node8State))
 	require.Equal(t, acked, frontend.requireState(node8State))
+	_, err = deltas.NextMsg(messageTimeout)
+	require.NoError(t, err, "the frontend follows delta updates")
+	nodes := frontend.request("flow.state.nodes", nil, nil)
+	require.Empty(t, answer(nodes).Code, "the frontend asks for the node view")
 
 	// Through node 8's subject: the server refuses, on node7's connection.
 	spoof := codecReport(8, flowState{StateSize: map[uint32]uint64{9: 999}}) // would drop flow 8, add flow 9

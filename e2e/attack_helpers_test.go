@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -176,17 +177,24 @@ func (p *probe) awaitRounds(t testing.TB, n int) {
 }
 
 // figures stops the probe, reads the worker's peak RSS, stops the worker
-// and logs one line with the figures of the attack; it returns the probe's
-// failures for the test to assert on.
+// (requiring exit 0 within stopTimeout) and logs one line with the figures
+// of the attack; it returns the probe's failures for the test to assert on.
 func (p *probe) figures(t testing.TB, attack string, w *workerProc) (ackFails, getFails []string) {
 	t.Helper()
 	p.halt()
 	rss := peakRSS(w)
-	code := w.Stop()
+	start := time.Now()
+	code, ok := w.p.terminate(stopTimeout)
+	exit := fmt.Sprintf("%d after %v", code, time.Since(start).Round(time.Millisecond))
+	if !ok {
+		exit = fmt.Sprintf("none within %v of SIGTERM (killed)", stopTimeout)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	t.Logf("FIGURES attack %s: worker %s; peak RSS %s; legit ack %s; legit get %s; exit %d",
-		attack, bin.worker, rss, latencies(p.acks, p.ackFails), latencies(p.gets, p.getFails), code)
+	t.Logf("FIGURES attack %s: worker %s; peak RSS %s; legit ack %s; legit get %s; exit %s",
+		attack, bin.worker, rss, latencies(p.acks, p.ackFails), latencies(p.gets, p.getFails), exit)
+	assert.True(t, ok, "the worker exits within %v of SIGTERM after the attack", stopTimeout)
+	assert.Equal(t, 0, code, "exit status after the attack")
 	return p.ackFails, p.getFails
 }
 

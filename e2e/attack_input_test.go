@@ -152,37 +152,64 @@ func TestAttackLongSubjectTokenIsCut(t *testing.T) {
 }
 
 // unknownFieldsReport is an 8 MiB report of node 1: node_id, then as many
-// unknown one-letter fields (each nil) as fit.
-func unknownFieldsReport() []byte {
-	const size = 8 << 20
-	n := (size - 64) / 3
+// unknown fields (each nil) as fit, named by name(i).
+func unknownFieldsReport(name func(i int) string) []byte {
+	const size = 8<<20 - 64
+	var fields []byte
+	n := 0
+	for ; ; n++ {
+		k := name(n)
+		if len(fields)+len(k)+2 > size {
+			break
+		}
+		fields = append(mpStr(fields, k), 0xc0)
+	}
 	b := mpMapLen(nil, n+1)
 	b = mpUint(mpStr(b, "node_id"), 1)
-	for range n {
-		b = append(b, 0xa1, 'x', 0xc0) // "x": nil
-	}
-	return b
+	return append(b, fields...)
 }
 
-// TestAttackMillionsOfUnknownFieldsAreRejected (attack 9): one 8 MiB
-// report of 2.8 million one-letter unknown fields is rejected (400, a
-// reason of its own), and a legitimate report is acked after it.
+// letters names field i in base 26, "a", "b", ..., "z", "ba", ...: distinct.
+func letters(i int) string {
+	var b []byte
+	for {
+		b = append(b, byte('a'+i%26))
+		i /= 26
+		if i == 0 {
+			break
+		}
+	}
+	return string(b)
+}
+
+// TestAttackMillionsOfUnknownFieldsAreRejected (attack 9): an 8 MiB
+// report of 2.8 million one-letter unknown fields, and one of 1.3 million
+// distinct ones, are each rejected (400, a reason of their own), and a
+// legitimate node keeps being acked meanwhile.
 func TestAttackMillionsOfUnknownFieldsAreRejected(t *testing.T) {
 	t.Parallel()
 	w := embeddedWorker(t)
 	c := newClient(t, w)
 	legit := flowsReport(1, []uint32{1}, 1)
 	c.report(1, legit)
-	p := startProbe(t, w, 1, legit)
-	body := unknownFieldsReport()
-	start := time.Now()
-	r := answer(c.request(c.heartbeatSubject(1), body, nil))
-	t.Logf("the 8 MiB report was answered %q in %v", r.Code, time.Since(start).Round(time.Millisecond))
-	assert.Equal(t, "400", r.Code, "a report of 2.8M unknown fields")
-	assert.Contains(t, r.Reason, "unknown", r.Reason)
-	p.awaitRounds(t, 2)
+	p := startProbe(t, w, 2, flowsReport(2, []uint32{1}, 1))
+	for _, tc := range []struct {
+		outcome string
+		name    func(int) string
+	}{
+		{"2.8M one-letter fields", func(int) string { return "x" }},
+		{"1.3M distinct fields", letters},
+	} {
+		body := unknownFieldsReport(tc.name)
+		start := time.Now()
+		r := answer(c.request(c.heartbeatSubject(1), body, nil))
+		t.Logf("%s: answered %q in %v", tc.outcome, r.Code, time.Since(start).Round(time.Millisecond))
+		assert.Equal(t, "400", r.Code, tc.outcome)
+		assert.Contains(t, r.Reason, "unknown", tc.outcome)
+		p.awaitRounds(t, 2)
+	}
 	c.report(1, legit)
-	ackFails, getFails := p.figures(t, "9 (2.8M unknown fields in 8 MiB)", w)
+	ackFails, getFails := p.figures(t, "9 (8 MiB of unknown fields)", w)
 	assert.Empty(t, ackFails, "legitimate reports during the attack")
 	assert.Empty(t, getFails, "legitimate gets during the attack")
 }

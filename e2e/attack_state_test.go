@@ -144,6 +144,10 @@ func TestAttackManyNodesIsRefusedWithCapacity(t *testing.T) {
 // flow.state.nodes of 10,000 nodes (200,000 in the heavy variant) as fast
 // as they are answered while a legitimate node reports: every report is
 // acked, and every nodes request is answered (with the view, 503 or 413).
+// Today's worker builds the whole 200,000-node view for each request
+// before it finds it too large: the requests time out. (At 100,000 nodes,
+// a 4 MB view that fits, both answer; on a loaded machine a few of the
+// 320 requests, served one at a time, take longer than 5 s.)
 func TestAttackNodesViewUnderManyNodes(t *testing.T) {
 	t.Parallel()
 	nodes, args := 10_000-1, []string(nil) // and the legitimate node
@@ -158,17 +162,21 @@ func TestAttackNodesViewUnderManyNodes(t *testing.T) {
 	const requesters, each = 16, 20
 	var wg sync.WaitGroup
 	answered := make([]int, requesters)
+	codes := make([]map[string]int, requesters) // "" for the view
 	for i := range requesters {
 		nc := connect(t, w.URL)
+		codes[i] = map[string]int{}
 		wg.Go(func() {
 			for range each {
-				if _, err := nc.Request(w.Prefix+".state.nodes", nil, requestTimeout); err == nil {
+				if msg, err := nc.Request(w.Prefix+".state.nodes", nil, requestTimeout); err == nil {
 					answered[i]++
+					codes[i][answer(msg).Code]++
 				}
 			}
 		})
 	}
 	wg.Wait()
+	t.Logf("nodes requests of the first requester, by error code (\"\": the view): %v", codes[0])
 	p.awaitRounds(t, 1)
 	ackFails, _ := p.figures(t, "3 (16 nodes requesters, "+strconv.Itoa(nodes)+" nodes)", w)
 	assert.Empty(t, ackFails, "legitimate reports during the attack")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -127,4 +128,44 @@ func TestWorkerWithoutHeartbeatPermissionExitsWithAReason(t *testing.T) {
 	require.True(t, ok, "the worker stayed up without its heartbeat subscription")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, w.Stderr(), "refuses the heartbeat subscription")
+}
+
+// jetStreamWorkerConf is permissionsConf's worker with --kv jetstream: it
+// also manages and writes its bucket (flow_state) through the JetStream API,
+// and watches it with an ordered consumer (deliveries to an inbox, flow
+// control replies). README's Security section shows it.
+const jetStreamWorkerConf = `jetstream {store_dir: %q}
+authorization {
+  users = [
+    {user: worker, password: "worker-secret", permissions: {
+      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>", "$JS.API.>", "$KV.flow_state.>", "$JS.FC.>"]}
+      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>", "_INBOX.>"]}
+    }}
+    {user: frontend, password: "frontend-secret", permissions: {
+      publish: {allow: ["flow.state.get", "flow.state.nodes", "flow.heartbeat.*"]}
+      subscribe: {allow: ["_INBOX.>", "flow.state", "flow.state.delta"]}
+    }}
+  ]
+}
+`
+
+// TestPermissionsOfAJetStreamWorker runs a --kv jetstream worker with
+// only jetStreamWorkerConf's permissions: it creates its bucket, acks
+// reports it stored, publishes and answers gets, and logs no error.
+func TestPermissionsOfAJetStreamWorker(t *testing.T) {
+	t.Parallel()
+	frontendOpt := nats.UserInfo("frontend", "frontend-secret")
+	srv := startConfServer(t, "nats", fmt.Sprintf(jetStreamWorkerConf, t.TempDir()), frontendOpt)
+	w := launchWorker(t, []string{"FLOWSTATE_NATS_PASSWORD=worker-secret"},
+		"--nats-url", srv.URL, "--nats-user", "worker", "--kv", "jetstream", "--publish-interval", "0")
+	c := dialClient(t, w, frontendOpt) // a node too, for brevity
+	awaitServing(t, w, c)
+	u := c.subscribeUpdates()
+	s := flowState{StateSize: map[uint32]uint64{7: 700}}
+	ack := c.report(7, codecReport(7, s))
+	assert.Equal(t, ack, c.requireState(s))
+	for u.next().Revision < ack.Revision {
+	}
+	assert.Empty(t, linesMatching(w.Stderr(), workerErrorLine), "worker errors: its permissions are enough")
+	assert.NotContains(t, w.Stderr(), "ermission", "no permissions violation")
 }

@@ -63,8 +63,11 @@ bench:
 # a small machine. Each test logs a FIGURES line (peak RSS, latency of a
 # legitimate ack and get during the attack, exit code);
 # FLOWSTATE_E2E_WORKER=path runs them against another worker binary.
+# The whole log goes to bin/attack.txt.
 attack:
-	FLOWSTATE_ATTACK=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAttack' ./e2e/ | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|FIGURES'
+	mkdir -p $(BIN)
+	FLOWSTATE_ATTACK=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAttack' ./e2e/ >$(BIN)/attack.txt 2>&1; \
+		status=$$?; grep -E '^(--- |ok|FAIL)|FIGURES' $(BIN)/attack.txt; exit $$status
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 10m ./codec/

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,11 +14,12 @@ import (
 // permissionsConf gives each user only what it needs: the worker takes
 // heartbeats and gets, serves its micro service and replies; a flownode
 // publishes on its own heartbeat subject only (and receives the replies to
-// its requests); a frontend gets and follows the state.
+// its requests); a frontend gets, asks for the node view and follows the
+// state, full and delta updates (v2). README's Security section shows it.
 const permissionsConf = `authorization {
   users = [
     {user: worker, password: "worker-secret", permissions: {
-      publish: {allow: ["flow.state", "_INBOX.>"]}
+      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>"]}
       subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>"]}
     }}
     {user: node7, password: "node7-secret", permissions: {
@@ -29,8 +31,8 @@ const permissionsConf = `authorization {
       subscribe: {allow: ["_INBOX.>"]}
     }}
     {user: frontend, password: "frontend-secret", permissions: {
-      publish: {allow: ["flow.state.get"]}
-      subscribe: {allow: ["_INBOX.>", "flow.state"]}
+      publish: {allow: ["flow.state.get", "flow.state.nodes"]}
+      subscribe: {allow: ["_INBOX.>", "flow.state", "flow.state.delta"]}
     }}
   ]
 }
@@ -61,9 +63,16 @@ func TestPermissionsAndSubjectCheckStopNodeSpoofing(t *testing.T) {
 		}))
 	node8 := dialClient(t, w, nats.UserInfo("node8", "node8-secret"))
 
+	deltas, err := frontend.nc.SubscribeSync("flow.state.delta")
+	require.NoError(t, err)
+	require.NoError(t, frontend.nc.Flush())
 	node8State := flowState{StateSize: map[uint32]uint64{8: 800}, LastExecTime: map[uint32]int64{8: 1700000000008}}
 	acked := node8.report(8, codecReport(8, node8State))
 	require.Equal(t, acked, frontend.requireState(node8State))
+	_, err = deltas.NextMsg(messageTimeout)
+	require.NoError(t, err, "the frontend follows delta updates")
+	nodes := frontend.request("flow.state.nodes", nil, nil)
+	require.Empty(t, answer(nodes).Code, "the frontend asks for the node view")
 
 	// Through node 8's subject: the server refuses, on node7's connection.
 	spoof := codecReport(8, flowState{StateSize: map[uint32]uint64{9: 999}}) // would drop flow 8, add flow 9
@@ -119,4 +128,44 @@ func TestWorkerWithoutHeartbeatPermissionExitsWithAReason(t *testing.T) {
 	require.True(t, ok, "the worker stayed up without its heartbeat subscription")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, w.Stderr(), "refuses the heartbeat subscription")
+}
+
+// jetStreamWorkerConf is permissionsConf's worker with --kv jetstream: it
+// also manages and writes its bucket (flow_state) through the JetStream API,
+// and watches it with an ordered consumer (deliveries to an inbox, flow
+// control replies). README's Security section shows it.
+const jetStreamWorkerConf = `jetstream {store_dir: %q}
+authorization {
+  users = [
+    {user: worker, password: "worker-secret", permissions: {
+      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>", "$JS.API.>", "$KV.flow_state.>", "$JS.FC.>"]}
+      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>", "_INBOX.>"]}
+    }}
+    {user: frontend, password: "frontend-secret", permissions: {
+      publish: {allow: ["flow.state.get", "flow.state.nodes", "flow.heartbeat.*"]}
+      subscribe: {allow: ["_INBOX.>", "flow.state", "flow.state.delta"]}
+    }}
+  ]
+}
+`
+
+// TestPermissionsOfAJetStreamWorker runs a --kv jetstream worker with
+// only jetStreamWorkerConf's permissions: it creates its bucket, acks
+// reports it stored, publishes and answers gets, and logs no error.
+func TestPermissionsOfAJetStreamWorker(t *testing.T) {
+	t.Parallel()
+	frontendOpt := nats.UserInfo("frontend", "frontend-secret")
+	srv := startConfServer(t, "nats", fmt.Sprintf(jetStreamWorkerConf, t.TempDir()), frontendOpt)
+	w := launchWorker(t, []string{"FLOWSTATE_NATS_PASSWORD=worker-secret"},
+		"--nats-url", srv.URL, "--nats-user", "worker", "--kv", "jetstream", "--publish-interval", "0")
+	c := dialClient(t, w, frontendOpt) // a node too, for brevity
+	awaitServing(t, w, c)
+	u := c.subscribeUpdates()
+	s := flowState{StateSize: map[uint32]uint64{7: 700}}
+	ack := c.report(7, codecReport(7, s))
+	assert.Equal(t, ack, c.requireState(s))
+	for u.next().Revision < ack.Revision {
+	}
+	assert.Empty(t, linesMatching(w.Stderr(), workerErrorLine), "worker errors: its permissions are enough")
+	assert.NotContains(t, w.Stderr(), "ermission", "no permissions violation")
 }

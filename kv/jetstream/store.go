@@ -142,7 +142,7 @@ type Store struct {
 	prefix string // $KV.<bucket>.
 
 	h     atomic.Pointer[handles]
-	epoch atomic.Pointer[string] // the epoch this store last saw
+	epoch atomic.Pointer[epochAt] // the epoch this store last saw
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed
@@ -429,7 +429,7 @@ func (s *Store) Epoch(ctx context.Context) (string, error) {
 	for range 5 {
 		e, err := s.Get(ctx, s.cfg.EpochKey)
 		if err == nil && len(e.Value) > 0 {
-			s.setEpoch(string(e.Value))
+			s.setEpoch(string(e.Value), e.Revision)
 			return string(e.Value), nil
 		}
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
@@ -437,10 +437,10 @@ func (s *Store) Epoch(ctx context.Context) (string, error) {
 		}
 		epoch := kv.NewEpoch()
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		_, err = s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
+		seq, err := s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
 		cancel()
 		if err == nil {
-			s.setEpoch(epoch)
+			s.setEpoch(epoch, seq)
 			s.log.Info("new epoch", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
 			return epoch, nil
 		}
@@ -471,17 +471,33 @@ func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	return rev, nil
 }
 
-func (s *Store) setEpoch(e string) {
-	if old := s.epoch.Load(); old == nil || *old != e {
-		s.epoch.Store(&e)
+// epochAt is an epoch and the sequence number of the epoch key's write
+// that started it.
+type epochAt struct {
+	name string
+	seq  uint64
+}
+
+func (s *Store) setEpoch(e string, seq uint64) {
+	if old := s.epoch.Load(); old == nil || old.name != e || old.seq != seq {
+		s.epoch.Store(&epochAt{name: e, seq: seq})
 	}
 }
 
 func (s *Store) lastEpoch() string {
 	if e := s.epoch.Load(); e != nil {
-		return *e
+		return e.name
 	}
 	return ""
+}
+
+// epochSeq is the sequence number of the epoch key's write that started the
+// epoch this store last saw (0 if none yet).
+func (s *Store) epochSeq() uint64 {
+	if e := s.epoch.Load(); e != nil {
+		return e.seq
+	}
+	return 0
 }
 
 // validKey is the key syntax of NATS key-value buckets.

@@ -193,6 +193,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		"size not a number":    {"send", "--node", "1", "--flow", "7:1k:1"},
 		"time not a number":    {"send", "--node", "1", "--flow", "7:1:yesterday"},
 		"flow given twice":     {"send", "--node", "1", "--flow", "7:1:1", "--flow", "7:2:2"},
+		"out with no-ack":      {"send", "--node", "1", "--out", "-", "--no-ack"},
 		"bench without nodes":  {"bench", "--nodes", "0"},
 		"bench bad duration":   {"bench", "--duration", "soon"},
 		"bench zero duration":  {"bench", "--duration", "0s"},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flowstate/internal/throttle"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"flowstate/internal/throttle"
 )
 
 // natsConn is the worker's connection and what its handlers tell.

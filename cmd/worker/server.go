@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flowstate/internal/throttle"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"flowstate/internal/throttle"
 )
 
 // embeddedMaxPayload is the max payload of the embedded server.

@@ -22,4 +22,9 @@
 //
 // The connection is the caller's: the package never dials, and never closes
 // or drains the *nats.Conn it is given. A Client is safe for concurrent use.
+//
+// It does not link the worker: it takes the wire's names from package
+// protocol, the msgpack form from codec and the value types from flowstate,
+// and never imports consumer, kv/jetstream or nats-server (flowstate brings
+// in kv and lease, which import only the standard library).
 package client

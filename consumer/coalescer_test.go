@@ -80,25 +80,6 @@ func TestCoalescerWithZeroIntervalPublishesEveryChange(t *testing.T) {
 	require.Equal(t, 5, n)
 }
 
-func TestThrottleLetsMaxPerWindowAndCountsTheRest(t *testing.T) {
-	now := time.Unix(0, 0)
-	th := newThrottle(2, time.Second)
-	th.now = func() time.Time { return now }
-
-	ok, _ := th.allow()
-	assert.True(t, ok)
-	ok, _ = th.allow()
-	assert.True(t, ok)
-	for range 5 {
-		ok, _ = th.allow()
-		assert.False(t, ok)
-	}
-	now = now.Add(time.Second)
-	ok, suppressed := th.allow()
-	assert.True(t, ok)
-	assert.Equal(t, 5, suppressed)
-}
-
 func TestParseNodeTokenAcceptsOnlyCanonicalDecimal(t *testing.T) {
 	for token, want := range map[string]bool{
 		"0": true, "7": true, "18446744073709551615": true,

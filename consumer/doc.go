@@ -39,8 +39,9 @@
 //     (flowstate.ErrCapacity), 500 anything else), an error reply with the
 //     service error headers, a counter by reason and one log line with fixed
 //     keys (subject, node_id, reason, code, err). Every log line a remote
-//     peer can trigger goes through one rate-limiter (throttle.go), and the
-//     subject tokens and reasons it echoes are cut to a bounded length.
+//     peer can trigger goes through one rate-limiter (logThrottled, on
+//     internal/throttle), and the subject tokens and reasons it echoes are
+//     cut to a bounded length.
 //   - Eviction (Config.NodeTTL): nodes silent past the TTL are evicted, with
 //     one log line per sweep.
 //   - Shutdown, bounded by its context: intake stops at once, reports

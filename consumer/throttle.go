@@ -4,8 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
-	"time"
 	"unicode/utf8"
 )
 
@@ -17,47 +15,12 @@ const (
 	ellipsis      = "…"
 )
 
-// throttle lets at most max events through per window and counts the rest,
-// so that a flood of bad messages cannot flood the log. It is the Worker's
-// one rate-limiter: every log line a remote peer can trigger goes through
-// logThrottled.
-type throttle struct {
-	max    int
-	window time.Duration
-	now    func() time.Time
-
-	mu         sync.Mutex // guards the fields below
-	start      time.Time  // start of the current window
-	n          int        // events let through in the current window
-	suppressed int        // events held back since the last one let through
-}
-
-func newThrottle(max int, window time.Duration) *throttle {
-	return &throttle{max: max, window: window, now: time.Now}
-}
-
-// allow reports whether an event may be logged and, if so, how many were
-// held back before it.
-func (t *throttle) allow() (ok bool, suppressed int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	if now.Sub(t.start) >= t.window {
-		t.start, t.n = now, 0
-	}
-	if t.n >= t.max {
-		t.suppressed++
-		return false, 0
-	}
-	t.n++
-	suppressed, t.suppressed = t.suppressed, 0
-	return true, suppressed
-}
-
 // logThrottled logs at most a few lines per second; the next line that gets
-// through says how many were held back.
+// through says how many were held back. It is the Worker's one rate-limiter
+// (an internal/throttle.Throttle): every log line a remote peer can trigger
+// goes through it.
 func (w *Worker) logThrottled(level slog.Level, msg string, attrs ...any) {
-	ok, suppressed := w.throttle.allow()
+	ok, suppressed := w.throttle.Allow()
 	if !ok {
 		return
 	}

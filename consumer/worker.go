@@ -14,6 +14,7 @@ import (
 
 	"flowstate/codec"
 	"flowstate/flowstate"
+	"flowstate/internal/throttle"
 	"flowstate/protocol"
 )
 
@@ -72,7 +73,7 @@ type Worker struct {
 	stopped  atomic.Bool // Shutdown has run
 	dropping atomic.Bool // Shutdown's apply budget is spent: reports are dropped
 	stats    counters
-	throttle *throttle
+	throttle *throttle.Throttle
 }
 
 // New returns a Worker that will serve state on nc. It does no I/O; the
@@ -97,7 +98,7 @@ func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
 		getSubject:   subjects.Get,
 		nodesSubject: subjects.Nodes,
 		epochs:       make(map[uint64]uint64),
-		throttle:     newThrottle(20, time.Second),
+		throttle:     throttle.New(20, time.Second),
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.pubCtx, w.pubCancel = context.WithCancel(context.Background())

@@ -4,4 +4,10 @@
 //
 // Every wait is bounded and synchronises on a fact: an ack, a revision, a
 // received message, a log line or a process exit.
+//
+// It owns the behaviour seen from outside, not the code: it imports no
+// worker package (consumer, kv, cmd/worker), only client, codec, flowstate
+// and the internal helpers (binaries, loadgen). The JavaScript client of
+// e2e/js checks the same contract from another language; e2e/loadtest
+// measures performance.
 package e2e

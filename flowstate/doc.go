@@ -18,6 +18,11 @@
 // (MergeFlows, Snapshot, Version, Sync, Flush, Delta, Nodes, EvictSilent,
 // Size, Loaded), so that the worker serves either through one interface.
 //
+// It knows the domain, package kv and package lease; it does not know NATS
+// (package consumer is the NATS edge, kv/jetstream the bucket) or msgpack
+// (package codec). Its only goroutines are Replica.Run's (the watch on the
+// caller's, the lease beside it), and Run waits for them before it returns.
+//
 // # Rules
 //
 // Arrival order: reports are applied in the order Merge is called (the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 // runSend is `worker send`: one heartbeat report, as a flownode sends it.
 func runSend(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	c := newCLICommand("send", "--node N [--flow ID:SIZE:LAST[:START]]...", `
+	c := newCLICommand("send", "--node N [--flow ID:SIZE:LAST[:START]]... [--no-ack | --out FILE]", `
 worker send sends one heartbeat report as flownode --node would, waits until
 the worker has applied it, and prints the revision and epoch of the state
 that includes it. The report replaces the node's previous one whole: with no
@@ -25,9 +26,14 @@ prints the reason and exits 1.
 --flow gives one flow as ID:SIZE:LAST[:START]: its id, state size in bytes,
 last execution time and start time in unix milliseconds. LAST and START may
 be "now"; SIZE, LAST and START may be "-" to leave that value out. Repeat
---flow for each flow.`, `
+--flow for each flow.
+
+--out FILE writes the report's msgpack body to FILE ("-": standard output)
+instead of sending it, for another NATS client to send to the node's
+heartbeat subject: nats req flow.heartbeat.N --force-stdin < FILE.`, `
 worker send --node 1 --flow 1024:65536:now:1700000000000 --flow 1025:4096:now
-worker send --node 1    # node 1 has no flows anymore`)
+worker send --node 1    # node 1 has no flows anymore
+worker send --node 7 --flow 1024:65536:now --out report.bin`)
 	var node, nodeEpoch uint64
 	nodeSet := false
 	c.fs.Func("node", "the flownode's `id` (required)", func(s string) error {
@@ -54,18 +60,28 @@ worker send --node 1    # node 1 has no flows anymore`)
 	})
 	c.fs.Uint64Var(&nodeEpoch, "node-epoch", 0, "the flownode's start time in unix `ms` (0: left out)")
 	noAck := c.fs.Bool("no-ack", false, "publish the report without waiting for the worker (prints nothing)")
+	out := c.fs.String("out", "", "write the report's msgpack body to `FILE` (\"-\": standard output) instead of sending it")
 	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
 		return code
 	}
 	if !nodeSet {
 		return c.fail(stderr, errors.New("--node is required"))
 	}
+	if *out != "" && *noAck {
+		return c.fail(stderr, errors.New("--out and --no-ack exclude each other"))
+	}
+	r := client.Report{NodeID: node, NodeEpoch: nodeEpoch, Value: flowstate.ValueOf(flows)}
+	if *out != "" {
+		if err := writeReport(*out, stdout, r); err != nil {
+			return c.errorf(stderr, "%v", err)
+		}
+		return 0
+	}
 	nc, cl, code := c.connect(stderr)
 	if nc == nil {
 		return code
 	}
 	defer nc.Close()
-	r := client.Report{NodeID: node, NodeEpoch: nodeEpoch, Value: flowstate.ValueOf(flows)}
 	if *noAck {
 		if err := cl.Publish(r); err != nil {
 			return c.errorf(stderr, "%v", err)
@@ -85,6 +101,17 @@ worker send --node 1    # node 1 has no flows anymore`)
 	}
 	fmt.Fprintf(stdout, "applied at revision %d, epoch %s\n", v.Revision, v.Epoch)
 	return 0
+}
+
+// writeReport writes r's msgpack body to the file path, or to stdout if
+// path is "-".
+func writeReport(path string, stdout io.Writer, r client.Report) error {
+	body := r.AppendMsgpack(nil)
+	if path == "-" {
+		_, err := stdout.Write(body)
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }
 
 // parseFlowSpec parses ID:SIZE:LAST[:START]; "now" stands for now, "-" for

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"flowstate/internal/throttle"
 )
 
 // natsConn is the worker's connection and what its handlers tell.
@@ -30,7 +32,7 @@ type natsConn struct {
 func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, prefix string, log *slog.Logger) (*natsConn, error) {
 	c := &natsConn{closed: make(chan struct{}), up: make(chan struct{}), fatal: make(chan error, 1)}
 	heartbeats := prefix + ".heartbeat.*"
-	var lastSlow atomic.Int64 // unix nanos of the last slow-consumer log line
+	slow := throttle.New(1, 10*time.Second) // slow-consumer log lines
 	var closeOnce, upOnce sync.Once
 	markUp := func() { upOnce.Do(func() { close(c.up) }) }
 	var lastErr struct {
@@ -96,8 +98,7 @@ func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, pre
 			}
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				// Reported on every drop while it lasts: log it every 10 s at most.
-				now := time.Now().UnixNano()
-				if last := lastSlow.Load(); now-last < int64(10*time.Second) || !lastSlow.CompareAndSwap(last, now) {
+				if ok, _ := slow.Allow(); !ok {
 					return
 				}
 				if sub != nil {

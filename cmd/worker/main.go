@@ -1,6 +1,3 @@
-// Command worker keeps the live state of stream-processing flows: it applies
-// the heartbeat reports of flownodes from NATS and serves the aggregate to
-// frontends, as PROTOCOL.md describes. Run it with --help for its flags.
 package main
 
 import (

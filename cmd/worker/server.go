@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"flowstate/internal/throttle"
 )
 
 // embeddedMaxPayload is the max payload of the embedded server.
@@ -75,13 +77,11 @@ func startEmbedded(listen string, log *slog.Logger) (*server.Server, error) {
 // serverLogBurst lines a second; its notices are debug lines, except slow
 // consumers, which are warnings.
 type serverLog struct {
-	log *slog.Logger
+	log      *slog.Logger
+	throttle *throttle.Throttle // serverLogBurst lines a second
 
-	mu         sync.Mutex // guards the fields below
-	fatal      string     // the last fatal message
-	window     time.Time  // start of the current second
-	lines      int        // lines logged in it
-	suppressed int        // lines held back since the last line logged
+	mu    sync.Mutex // guards fatal
+	fatal string     // the last fatal message
 }
 
 // serverLogBurst is the most lines the embedded server logs a second.
@@ -90,7 +90,7 @@ const serverLogBurst = 10
 var _ server.Logger = (*serverLog)(nil)
 
 func newServerLog(log *slog.Logger) *serverLog {
-	return &serverLog{log: log.With(slog.String("component", "nats-server"))}
+	return &serverLog{log: log.With(slog.String("component", "nats-server")), throttle: throttle.New(serverLogBurst, time.Second)}
 }
 
 func (l *serverLog) Noticef(format string, v ...any) {
@@ -128,20 +128,10 @@ func (l *serverLog) fatalMessage() string {
 // emit logs msg unless this second's budget is spent; the next line logged
 // says how many were held back.
 func (l *serverLog) emit(level slog.Level, msg string) {
-	l.mu.Lock()
-	now := time.Now()
-	if now.Sub(l.window) >= time.Second {
-		l.window, l.lines = now, 0
-	}
-	if l.lines >= serverLogBurst {
-		l.suppressed++
-		l.mu.Unlock()
+	ok, suppressed := l.throttle.Allow()
+	if !ok {
 		return
 	}
-	l.lines++
-	suppressed := l.suppressed
-	l.suppressed = 0
-	l.mu.Unlock()
 	if suppressed > 0 {
 		l.log.Log(context.Background(), level, msg, slog.Int("suppressed", suppressed))
 		return

@@ -1,6 +1,3 @@
-// Package binaries builds the programs that end-to-end tests and the load
-// test run as processes: the worker, from this module, and nats-server, from
-// the version go.mod requires.
 package binaries
 
 import (

@@ -23,24 +23,14 @@ const prefix = "t/"
 // Run too, for what every kv.Store does. newStore should register any
 // cleanup with t.Cleanup.
 func RunShared(t *testing.T, newStore func(t *testing.T) kv.Shared) {
-	tests := []struct {
-		name string
-		test func(t *testing.T, s kv.Shared)
-	}{
+	runSuite(t, newStore, []subtest[kv.Shared]{
 		{"ConditionalWritesHoldOnTheLastWriteOfAKey", testConditional},
 		{"RefusedConditionalWriteStoresNothing", testConditionalRefused},
 		{"ConditionOnAnUnwrittenOrWipedKeyIsZero", testConditionZero},
 		{"WatchDeliversResetCurrentSyncedThenLiveWritesInOrder", testWatchOrder},
 		{"WatchStartsOverAtANewEpochOnClear", testWatchClear},
 		{"LastRevisionIsAReadBarrierForEveryWatch", testReadBarrier},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newStore(t)
-			require.NotNil(t, s)
-			tt.test(t, s)
-		})
-	}
+	})
 }
 
 func putIf(tb testing.TB, s kv.Shared, key, value string, cond kv.Condition) (kv.Revision, error) {

@@ -1,0 +1,19 @@
+// Command worker keeps the live state of stream-processing flows: it applies
+// the heartbeat reports of flownodes from NATS and serves the aggregate to
+// frontends, as PROTOCOL.md describes. Run it with --help for its flags.
+//
+// It owns the wiring and nothing the packages below it do: the one flag,
+// environment and usage system of the daemon and of every subcommand
+// (flags.go, usage.go), credentials checked once (auth.go), the
+// configuration and its validation, the choice of store (an in-memory
+// flowstate.Manager, or a flowstate.Replica on a JetStream bucket of package
+// kv/jetstream), the embedded NATS server (the only place one is started
+// outside tests), the /metrics, /healthz and /readyz HTTP server, signals and
+// the shutdown order. The subcommands get, watch, send and bench are NATS
+// clients of a running worker built on package client (bench on
+// internal/loadgen).
+//
+// It does not own the wire (package protocol, codec), the NATS edge (package
+// consumer: intake, replies, publishing), the state and its rules (package
+// flowstate) or the store (package kv).
+package main

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,114 +17,6 @@ import (
 
 	"flowstate/kv"
 )
-
-// Defaults of Config.
-const (
-	DefaultEpochKey      = "__flow/epoch"
-	DefaultProbeKey      = "__flow/probe"
-	DefaultOpTimeout     = 2 * time.Second
-	DefaultCheckInterval = time.Second
-	DefaultHeartbeat     = time.Second
-	DefaultProbeInterval = 250 * time.Millisecond
-)
-
-// ErrIncompatibleBucket is wrapped by the error of Open when the
-// bucket exists with settings other than those asked for.
-var ErrIncompatibleBucket = errors.New("jetstream: the bucket exists with other settings")
-
-// Config configures a JetStream store. Zero values take the
-// defaults.
-type Config struct {
-	Bucket   string // required: the key-value bucket
-	Replicas int    // replicas of a bucket created by the store; 0: 1
-	Storage  string // "memory" (the default) or "file", for a created bucket
-	// EpochKey holds the bucket's epoch; DefaultEpochKey if empty. The store
-	// reserves it: Range does not list it and writes to it are refused.
-	EpochKey string
-	// ProbeKey is where the store writes a deletion to find out whether
-	// JetStream takes writes again; DefaultProbeKey if empty. Reserved too.
-	ProbeKey string
-	// OpTimeout bounds every request to JetStream; DefaultOpTimeout if 0.
-	OpTimeout time.Duration
-	// CheckInterval is how often a Watch reads the epoch key, to notice a
-	// wiped or recreated bucket (a stream purge is silent to watchers);
-	// DefaultCheckInterval if 0.
-	CheckInterval time.Duration
-	// Heartbeat is the idle heartbeat of a Watch's consumer: a watch that
-	// hears nothing for two heartbeats recreates its consumer where it left
-	// off; DefaultHeartbeat if 0.
-	Heartbeat time.Duration
-	// ProbeInterval is how often the store checks whether JetStream is back
-	// after a write found it unavailable; DefaultProbeInterval if 0.
-	ProbeInterval time.Duration
-	// Window is how many puts PutAsync keeps in flight; DefaultWindow if 0.
-	Window int
-	Logger *slog.Logger // nil: discard
-}
-
-func (c Config) withDefaults() Config {
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.Storage == "" {
-		c.Storage = "memory"
-	}
-	if c.EpochKey == "" {
-		c.EpochKey = DefaultEpochKey
-	}
-	if c.ProbeKey == "" {
-		c.ProbeKey = DefaultProbeKey
-	}
-	if c.OpTimeout == 0 {
-		c.OpTimeout = DefaultOpTimeout
-	}
-	if c.CheckInterval == 0 {
-		c.CheckInterval = DefaultCheckInterval
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = DefaultHeartbeat
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = DefaultProbeInterval
-	}
-	if c.Window == 0 {
-		c.Window = DefaultWindow
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	return c
-}
-
-var validBucket = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
-
-// Validate reports the first invalid field of c.
-func (c Config) Validate() error {
-	switch {
-	case !validBucket.MatchString(c.Bucket):
-		return fmt.Errorf("bucket %q: want letters, digits, '_' and '-' only", c.Bucket)
-	case c.Replicas < 0 || c.Replicas > 5:
-		return fmt.Errorf("replicas %d: want 1 to 5", c.Replicas)
-	case c.Storage != "" && c.Storage != "memory" && c.Storage != "file":
-		return fmt.Errorf("storage %q: want memory or file", c.Storage)
-	case c.EpochKey != "" && !validKey(c.EpochKey):
-		return fmt.Errorf("epoch key %q is not a valid key", c.EpochKey)
-	case c.ProbeKey != "" && !validKey(c.ProbeKey):
-		return fmt.Errorf("probe key %q is not a valid key", c.ProbeKey)
-	case c.Window < 0:
-		return fmt.Errorf("window %d: want a positive number of puts in flight", c.Window)
-	case c.OpTimeout < 0 || c.CheckInterval < 0 || c.Heartbeat < 0 || c.ProbeInterval < 0:
-		return errors.New("durations must not be negative")
-	}
-	return nil
-}
-
-func (c Config) storageType() natsjs.StorageType {
-	if c.Storage == "file" {
-		return natsjs.FileStorage
-	}
-	return natsjs.MemoryStorage
-}
 
 // Store is a kv.Shared on a NATS JetStream key-value bucket, which several
 // processes share: a kv.Store that is also kv.Conditional and a kv.Watcher.
@@ -421,83 +312,6 @@ func (s *Store) Clear(ctx context.Context) error {
 	}
 	_, err := s.Epoch(ctx)
 	return err
-}
-
-// Epoch implements Store: it reads the epoch key, and creates it with a new
-// epoch if it is missing.
-func (s *Store) Epoch(ctx context.Context) (string, error) {
-	for range 5 {
-		e, err := s.Get(ctx, s.cfg.EpochKey)
-		if err == nil && len(e.Value) > 0 {
-			s.setEpoch(string(e.Value), e.Revision)
-			return string(e.Value), nil
-		}
-		if err != nil && !errors.Is(err, kv.ErrNotFound) {
-			return "", err
-		}
-		epoch := kv.NewEpoch()
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-		seq, err := s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
-		cancel()
-		if err == nil {
-			s.setEpoch(epoch, seq)
-			s.log.Info("new epoch", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
-			return epoch, nil
-		}
-		if !errors.Is(err, natsjs.ErrKeyExists) {
-			return "", s.wrap("create epoch", err)
-		}
-		// Another process created it first: read theirs.
-	}
-	return "", fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
-}
-
-// LastRevision implements Watcher: the stream's last sequence number, as its
-// leader knows it (0 if the bucket is empty).
-func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
-	if err := s.writable(); err != nil {
-		return kv.Revision{}, fmt.Errorf("%w: last revision: %v", kv.ErrUnavailable, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	defer cancel()
-	info, err := s.handles().stream.Info(ctx)
-	if err != nil {
-		return kv.Revision{}, s.wrap("last revision", err)
-	}
-	rev := kv.Revision{Epoch: s.lastEpoch()}
-	if info.State.Msgs > 0 {
-		rev.Seq = info.State.LastSeq
-	}
-	return rev, nil
-}
-
-// epochAt is an epoch and the sequence number of the epoch key's write
-// that started it.
-type epochAt struct {
-	name string
-	seq  uint64
-}
-
-func (s *Store) setEpoch(e string, seq uint64) {
-	if old := s.epoch.Load(); old == nil || old.name != e || old.seq != seq {
-		s.epoch.Store(&epochAt{name: e, seq: seq})
-	}
-}
-
-func (s *Store) lastEpoch() string {
-	if e := s.epoch.Load(); e != nil {
-		return e.name
-	}
-	return ""
-}
-
-// epochSeq is the sequence number of the epoch key's write that started the
-// epoch this store last saw (0 if none yet).
-func (s *Store) epochSeq() uint64 {
-	if e := s.epoch.Load(); e != nil {
-		return e.seq
-	}
-	return 0
 }
 
 // validKey is the key syntax of NATS key-value buckets.

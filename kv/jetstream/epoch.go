@@ -1,0 +1,89 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"flowstate/kv"
+)
+
+// Epoch implements Store: it reads the epoch key, and creates it with a new
+// epoch if it is missing.
+func (s *Store) Epoch(ctx context.Context) (string, error) {
+	for range 5 {
+		e, err := s.Get(ctx, s.cfg.EpochKey)
+		if err == nil && len(e.Value) > 0 {
+			s.setEpoch(string(e.Value), e.Revision)
+			return string(e.Value), nil
+		}
+		if err != nil && !errors.Is(err, kv.ErrNotFound) {
+			return "", err
+		}
+		epoch := kv.NewEpoch()
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+		seq, err := s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
+		cancel()
+		if err == nil {
+			s.setEpoch(epoch, seq)
+			s.log.Info("new epoch", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
+			return epoch, nil
+		}
+		if !errors.Is(err, natsjs.ErrKeyExists) {
+			return "", s.wrap("create epoch", err)
+		}
+		// Another process created it first: read theirs.
+	}
+	return "", fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
+}
+
+// LastRevision implements Watcher: the stream's last sequence number, as its
+// leader knows it (0 if the bucket is empty).
+func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
+	if err := s.writable(); err != nil {
+		return kv.Revision{}, fmt.Errorf("%w: last revision: %v", kv.ErrUnavailable, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	info, err := s.handles().stream.Info(ctx)
+	if err != nil {
+		return kv.Revision{}, s.wrap("last revision", err)
+	}
+	rev := kv.Revision{Epoch: s.lastEpoch()}
+	if info.State.Msgs > 0 {
+		rev.Seq = info.State.LastSeq
+	}
+	return rev, nil
+}
+
+// epochAt is an epoch and the sequence number of the epoch key's write
+// that started it.
+type epochAt struct {
+	name string
+	seq  uint64
+}
+
+func (s *Store) setEpoch(e string, seq uint64) {
+	if old := s.epoch.Load(); old == nil || old.name != e || old.seq != seq {
+		s.epoch.Store(&epochAt{name: e, seq: seq})
+	}
+}
+
+func (s *Store) lastEpoch() string {
+	if e := s.epoch.Load(); e != nil {
+		return e.name
+	}
+	return ""
+}
+
+// epochSeq is the sequence number of the epoch key's write that started the
+// epoch this store last saw (0 if none yet).
+func (s *Store) epochSeq() uint64 {
+	if e := s.epoch.Load(); e != nil {
+		return e.seq
+	}
+	return 0
+}

@@ -55,8 +55,7 @@ func (m *Main) stopWorker(ctx context.Context) error {
 // stopState hands the publisher lease of a shared store over to another
 // worker and closes the store.
 func (m *Main) stopState(ctx context.Context) error {
-	var err error
-	err = m.stopReplica(ctx)
+	err := m.stopReplica(ctx)
 	if js, ok := m.store.(*jetstream.Store); ok {
 		js.Close()
 		m.store = nil

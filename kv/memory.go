@@ -41,7 +41,8 @@ func (e *memEntry) bytes() []byte {
 type Renderer interface {
 	// AppendValue appends the value's bytes to dst and returns the result.
 	// The same Renderer must always render the same bytes while a store
-	// holds it.
+	// holds it. Readers of the store may call it at the same time, each
+	// with its own dst, so it must only read the value.
 	AppendValue(dst []byte) []byte
 }
 
@@ -89,7 +90,8 @@ func (m *Memory) Put(_ context.Context, key string, value []byte) (Revision, err
 
 // PutLazy is Put of the bytes that v renders, rendered only when the key is
 // read (Get, Range, Dump): each read renders them again, under the store's
-// lock, on the reader's goroutine. Readers see exactly what Put of those
+// read lock, on the reader's goroutine, so a large value read often holds
+// writers back for its rendering. Readers see exactly what Put of those
 // bytes would have shown.
 //
 // The store holds v until the key is written again, deleted or cleared,

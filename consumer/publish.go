@@ -54,11 +54,15 @@ func (c *coalescer) run() {
 	var last time.Time // of the last publish; zero is long ago
 	armed := false     // a trailing publish is scheduled
 	for {
+		// While a publish is scheduled, kick is left alone: a change finds
+		// it full and returns without waking this goroutine (one wakeup per
+		// report under load otherwise). The scheduled publish takes it.
+		kick := c.kick
+		if armed {
+			kick = nil
+		}
 		select {
-		case <-c.kick:
-			if armed {
-				continue
-			}
+		case <-kick:
 			if wait := c.interval - time.Since(last); wait > 0 {
 				timer.Reset(wait)
 				armed = true
@@ -68,6 +72,10 @@ func (c *coalescer) run() {
 			last = time.Now()
 		case <-timer.C:
 			armed = false
+			select {
+			case <-c.kick: // a change since the timer was set: this publish has it
+			default:
+			}
 			c.publish()
 			last = time.Now()
 		case <-c.stop:

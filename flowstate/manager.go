@@ -63,6 +63,7 @@ type Options struct {
 // documentation for its rules.
 type Manager struct {
 	store kv.Store
+	lazy  lazyStore // store, if it renders values when read; nil otherwise
 	opts  Options
 
 	// flushMu serialises the writes of the aggregate key that Flush makes
@@ -70,6 +71,7 @@ type Manager struct {
 	flushMu    sync.Mutex
 	flushFlows []Flow
 	flushBuf   []byte
+	flushVal   valuePair // the aggregate written lazily, when lazy is set
 
 	// mu serialises every operation, as the seed's merge lock does, and
 	// guards all fields below.
@@ -94,16 +96,21 @@ type Manager struct {
 // nodeMeta is what a Manager keeps of a node beside its report.
 type nodeMeta struct {
 	key  string
-	seen time.Time // when its last report was applied
+	seen time.Time  // when its last report was applied
+	val  *valuePair // its key's value, when the store renders values lazily
 }
 
-// NewManager returns a Manager that keeps its keys in store.
+// NewManager returns a Manager that keeps its keys in store. A store that
+// renders values when they are read (kv.Memory) is given the node reports
+// and the aggregate as flows, so that a write costs a copy, not an encoding.
 func NewManager(store kv.Store, opts Options) *Manager {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	lazy, _ := store.(lazyStore)
 	return &Manager{
 		store: store,
+		lazy:  lazy,
 		opts:  opts,
 		agg:   NewAggregate(),
 		nodes: make(map[uint64]*nodeMeta),
@@ -158,8 +165,11 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	} else {
 		key = NodeKey(nodeID)
 	}
-	m.buf = AppendJSON(m.buf[:0], incoming)
-	rev, err := m.store.Put(ctx, key, m.buf)
+	var val *valuePair
+	if meta != nil {
+		val = meta.val
+	}
+	rev, val, err := m.putNodeLocked(ctx, key, val, incoming)
 	if err != nil {
 		return MergeResult{}, fmt.Errorf("flowstate: store report of node %d: %w", nodeID, err)
 	}
@@ -168,7 +178,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 		meta = nil
 	}
 	if meta == nil {
-		meta = &nodeMeta{key: key}
+		meta = &nodeMeta{key: key, val: val}
 		m.nodes[nodeID] = meta
 	}
 	changed := m.agg.Apply(nodeID, incoming)
@@ -244,8 +254,15 @@ func (m *Manager) Flush(ctx context.Context) error {
 	m.dirty = false
 	m.mu.Unlock()
 
-	m.flushBuf = AppendJSON(m.flushBuf[:0], m.flushFlows)
-	rev, err := m.store.Put(ctx, StateKey, m.flushBuf)
+	var rev kv.Revision
+	var err error
+	if m.lazy != nil {
+		// The copy is the value: it is rendered if someone reads the key.
+		rev, err = m.flushVal.put(ctx, m.lazy, StateKey, m.flushFlows)
+	} else {
+		m.flushBuf = AppendJSON(m.flushBuf[:0], m.flushFlows)
+		rev, err = m.store.Put(ctx, StateKey, m.flushBuf)
+	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"flowstate/kv"
 )
 
 // NodeInfo describes one node whose report is part of the aggregate.
@@ -93,4 +95,54 @@ func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 		}
 	}
 	return evicted, res, nil
+}
+
+// lazyStore is a store that takes values rendered when they are read
+// (kv.Memory).
+type lazyStore interface {
+	PutLazy(ctx context.Context, key string, v kv.Renderer) (kv.Revision, error)
+}
+
+// flowsValue is a stored value kept as flows: it renders their JSON
+// (AppendJSON) when the store's key is read.
+type flowsValue struct{ flows []Flow }
+
+// AppendValue implements kv.Renderer.
+func (v *flowsValue) AppendValue(dst []byte) []byte { return AppendJSON(dst, v.flows) }
+
+// valuePair is one key's value written lazily: two flowsValues, the store
+// holding at most one of them, so that the next write fills the other
+// without a race with the store's readers and without allocating. Its
+// writer serialises the writes of the key.
+type valuePair struct {
+	vals [2]flowsValue
+	next int // the value that the store does not hold
+}
+
+// put copies flows into the value that the store does not hold and writes
+// it under key. A failed write leaves the store's value as it was.
+func (p *valuePair) put(ctx context.Context, store lazyStore, key string, flows []Flow) (kv.Revision, error) {
+	v := &p.vals[p.next]
+	v.flows = append(v.flows[:0], flows...)
+	rev, err := store.PutLazy(ctx, key, v)
+	if err != nil {
+		return rev, err
+	}
+	p.next ^= 1
+	return rev, nil
+}
+
+// putNodeLocked writes a node's report under its key: as flows, in val
+// (made if nil), if the store renders values when read, or encoded.
+func (m *Manager) putNodeLocked(ctx context.Context, key string, val *valuePair, flows []Flow) (kv.Revision, *valuePair, error) {
+	if m.lazy == nil {
+		m.buf = AppendJSON(m.buf[:0], flows)
+		rev, err := m.store.Put(ctx, key, m.buf)
+		return rev, nil, err
+	}
+	if val == nil {
+		val = new(valuePair)
+	}
+	rev, err := val.put(ctx, m.lazy, key, flows)
+	return rev, val, err
 }

@@ -19,9 +19,31 @@ type Memory struct {
 	epoch   string
 }
 
+// memEntry is one key: its bytes, or a value rendered when read (PutLazy).
 type memEntry struct {
 	value []byte
+	lazy  Renderer // renders the value when set; value is unused then
 	rev   uint64
+}
+
+// bytes returns a copy of the entry's value, the caller's to keep. It is
+// called under the store's lock, read or write.
+func (e *memEntry) bytes() []byte {
+	if e.lazy != nil {
+		return e.lazy.AppendValue(nil)
+	}
+	return clone(e.value)
+}
+
+// Renderer is a value that a Memory keeps as it is given and renders to
+// bytes only when the key is read (PutLazy): the value of a key written far
+// more often than it is read costs nothing to write.
+type Renderer interface {
+	// AppendValue appends the value's bytes to dst and returns the result.
+	// The same Renderer must always render the same bytes while a store
+	// holds it. Readers of the store may call it at the same time, each
+	// with its own dst, so it must only read the value.
+	AppendValue(dst []byte) []byte
 }
 
 var _ Store = (*Memory)(nil)
@@ -47,7 +69,7 @@ func (m *Memory) Get(_ context.Context, key string) (Entry, error) {
 	if !ok {
 		return Entry{}, ErrNotFound
 	}
-	return Entry{Key: key, Value: clone(e.value), Revision: e.rev}, nil
+	return Entry{Key: key, Value: e.bytes(), Revision: e.rev}, nil
 }
 
 // Put implements Store. Overwriting a key reuses its buffer when the new value
@@ -58,9 +80,36 @@ func (m *Memory) Put(_ context.Context, key string, value []byte) (Revision, err
 	m.seq++
 	if e, ok := m.entries[key]; ok {
 		e.value = append(e.value[:0], value...)
+		e.lazy = nil
 		e.rev = m.seq
 	} else {
 		m.entries[key] = &memEntry{value: clone(value), rev: m.seq}
+	}
+	return Revision{Epoch: m.epoch, Seq: m.seq}, nil
+}
+
+// PutLazy is Put of the bytes that v renders, rendered only when the key is
+// read (Get, Range, Dump): each read renders them again, under the store's
+// read lock, on the reader's goroutine, so a large value read often holds
+// writers back for its rendering. Readers see exactly what Put of those
+// bytes would have shown.
+//
+// The store holds v until the key is written again, deleted or cleared,
+// and the caller must not change what v renders until then: a caller that
+// updates a key's value in place keeps two Renderers and writes the one
+// that the store does not hold. Once a later write of the key, or a Clear,
+// has returned, the store no longer touches v. PutLazy does not allocate
+// when it overwrites a key.
+func (m *Memory) PutLazy(_ context.Context, key string, v Renderer) (Revision, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	if e, ok := m.entries[key]; ok {
+		e.value = nil // a key written lazily is rarely written plainly again
+		e.lazy = v
+		e.rev = m.seq
+	} else {
+		m.entries[key] = &memEntry{lazy: v, rev: m.seq}
 	}
 	return Revision{Epoch: m.epoch, Seq: m.seq}, nil
 }
@@ -72,7 +121,7 @@ func (m *Memory) Range(_ context.Context, prefix string) ([]Entry, error) {
 	var out []Entry
 	for k, e := range m.entries {
 		if strings.HasPrefix(k, prefix) {
-			out = append(out, Entry{Key: k, Value: clone(e.value), Revision: e.rev})
+			out = append(out, Entry{Key: k, Value: e.bytes(), Revision: e.rev})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -112,7 +161,7 @@ func (m *Memory) Dump() map[string][]byte {
 	defer m.mu.RUnlock()
 	out := make(map[string][]byte, len(m.entries))
 	for k, e := range m.entries {
-		out[k] = clone(e.value)
+		out[k] = e.bytes()
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -86,7 +87,7 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 		}
 		r.raw = &raw
 	}
-	w, err := startWorker(ctx, lt.bins.Worker, lt.natsURL, sc.workerArgs...)
+	w, err := startWorker(ctx, lt.bins.Worker, lt.natsURL, append(workerLimitArgs(sc, lt.cfg.ackClients), sc.workerArgs...)...)
 	if err != nil {
 		return r, err
 	}
@@ -236,4 +237,27 @@ func shares(u usage, d time.Duration) string {
 		s = fmt.Sprintf("worker %.0f%%, ", pct(u.worker))
 	}
 	return s + fmt.Sprintf("nats-server %.0f%%, loadtest %.0f%%, others %.0f%% of the machine", pct(u.nats), pct(u.self), 100*u.othersShare())
+}
+
+// The worker's default --max-nodes and --max-total-flows.
+const (
+	workerDefaultMaxNodes = 10000
+	workerDefaultMaxFlows = 100000
+)
+
+// workerLimitArgs returns the worker flags that make room for a scenario's
+// nodes and flows and those of the ack clients (nodes of their own,
+// numbered after the scenario's): none when the defaults hold them all.
+// Without it, at 10000x10 and 1000x100 the ack clients were refused with
+// 507 (capacity) and no ack was timed.
+func workerLimitArgs(sc scenario, ackClients int) []string {
+	var args []string
+	nodes := sc.nodes + ackClients
+	if nodes > workerDefaultMaxNodes {
+		args = append(args, "--max-nodes", strconv.Itoa(nodes))
+	}
+	if flows := nodes * sc.flows; flows > workerDefaultMaxFlows {
+		args = append(args, "--max-total-flows", strconv.Itoa(flows))
+	}
+	return args
 }

@@ -91,3 +91,12 @@ func TestAckedTargetsCompareJetStreamWithTheMemoryBackend(t *testing.T) {
 	assert.Contains(t, ts[1].detail, "exact in 1 of 1 runs")
 	assert.Empty(t, ackedTargets(func(string) []runResult { return nil }))
 }
+
+func TestWorkerLimitsMakeRoomForTheAckClients(t *testing.T) {
+	all, err := parseScenarios("100x10,10000x10,1000x100")
+	require.NoError(t, err)
+	assert.Empty(t, workerLimitArgs(all[0], 8), "the defaults hold 100x10")
+	assert.Equal(t, []string{"--max-nodes", "10008", "--max-total-flows", "100080"}, workerLimitArgs(all[1], 8))
+	assert.Equal(t, []string{"--max-total-flows", "100800"}, workerLimitArgs(all[2], 8))
+	assert.Empty(t, workerLimitArgs(all[1], 0), "10000x10 alone fits the defaults")
+}

@@ -45,11 +45,13 @@ test: vet js-deps rules-test
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Go benchmarks of the hot paths and of the latency recorder, then the
-# end-to-end load test against a real nats-server and worker (LOADTEST_ARGS,
-# e.g. --runs 5; see docs/performance.md); the load test prints both in one
-# summary. The scenarios of the JetStream backend and of the 1,000,000-flow
-# snapshot run only when named: LOADTEST_ARGS='--scenarios all,acked,js-r1,js-r3,snapshot'
-# (go run ./e2e/loadtest --help lists them).
+# end-to-end load test against real nats-servers and workers (LOADTEST_ARGS,
+# e.g. --runs 5; see docs/performance.md): raw NATS, the memory backend at
+# several sizes, gets under ingest, RSS, deltas against full updates, a
+# frontend following each, and acked reports on the memory backend beside
+# the JetStream backend (R1, and R3 on three servers with three workers), in
+# one run and one summary. The 1,000,000-flow snapshot runs only when named:
+# LOADTEST_ARGS='--scenarios all,snapshot' (go run ./e2e/loadtest --help).
 LOADTEST_ARGS ?=
 
 bench:

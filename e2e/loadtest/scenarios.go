@@ -40,14 +40,16 @@ var defaultScenarios = []scenario{
 	deltaScenario,
 	followScenarios[0],
 	followScenarios[1],
+	ackedScenarios[0],
+	ackedScenarios[1],
+	ackedScenarios[2],
 }
 
-const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss,delta,follow-1k,follow-10k"
+const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss,delta,follow-1k,follow-10k,acked,js-r1,js-r3"
 
-// pendingScenarioNames are the scenarios run only when named: those of
-// issue 10 (the pipelined JetStream backend) and the 1,000,000-flow
-// snapshot of issue 12, which holds a large state for a while.
-const pendingScenarioNames = "acked,js-r1,js-r3,snapshot"
+// pendingScenarioNames are the scenarios run only when named: the
+// 1,000,000-flow snapshot, which holds a large state for a while.
+const pendingScenarioNames = "snapshot"
 
 // named returns the scenario of --scenarios called name, if there is one.
 func named(name string) (scenario, bool) {

@@ -88,9 +88,12 @@ func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint6
 }
 
 // resultLocked is the result of a write seq of epoch, served, for a
-// writer that saw revision rev served before it wrote.
+// writer that saw revision rev served before it wrote. Its revision is the
+// write's own: the one revision at which the report took effect, so that
+// no two reports are acked with the same revision (the state served may be
+// further on already; a get after the ack shows at least this revision).
 func (r *Replica) resultLocked(epoch string, seq, rev uint64) MergeResult {
-	return MergeResult{Version: Version{Epoch: epoch, Revision: max(seq, r.rev)}, Changed: r.changeRev > rev}
+	return MergeResult{Version: Version{Epoch: epoch, Revision: seq}, Changed: r.changeRev > rev}
 }
 
 // Publisher reports whether this worker is the publisher now: it holds a

@@ -71,6 +71,7 @@ var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
 // changeLog records the flows whose entries changed since the last take.
 type changeLog struct {
 	ids   []FlowID // may hold an id twice (a flow that left and came back)
+	left  int      // flows that left since the last take: ids holds at most left duplicates
 	over  bool     // more changed than limit
 	limit int      // the limit of the last take; 0 before the first
 }
@@ -188,6 +189,7 @@ func (a *Aggregate) Reset() {
 	a.order = a.order[:0]
 	a.stale = true
 	a.changes.ids = a.changes.ids[:0]
+	a.changes.left = 0
 	a.changes.over = false
 }
 
@@ -288,6 +290,7 @@ func (a *Aggregate) leave(e *aggFlow, slot int32) bool {
 		return c
 	}
 	a.record(e)
+	a.changes.left++ // e's id may be recorded again if the flow comes back
 	delete(a.flows, e.agg.ID)
 	a.stale = true
 	e.marked = false
@@ -338,11 +341,15 @@ func (a *Aggregate) record(e *aggFlow) {
 func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 	dst = dst[:0]
 	c := &a.changes
-	if len(c.ids) > 1 {
+	// An id is recorded twice only if its flow left in between, so more
+	// than limit+left ids are more than limit flows: a resync, decided
+	// without sorting the record (under a flood most flows change).
+	ok := !c.over && len(c.ids)-c.left <= limit
+	if ok && len(c.ids) > 1 {
 		slices.Sort(c.ids)
 		c.ids = slices.Compact(c.ids)
+		ok = len(c.ids) <= limit
 	}
-	ok := !c.over && len(c.ids) <= limit
 	for _, id := range c.ids {
 		e := a.flows[id]
 		if e != nil {
@@ -359,6 +366,6 @@ func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 	if !ok {
 		dst = dst[:0]
 	}
-	c.ids, c.over, c.limit = c.ids[:0], false, max(limit, 1)
+	c.ids, c.left, c.over, c.limit = c.ids[:0], 0, false, max(limit, 1)
 	return dst, ok
 }

@@ -33,6 +33,7 @@ type aggNode struct {
 	flows []Flow     // sorted by ID, each with a field present
 	aggs  []*aggFlow // aggs[i] is the entry of flows[i]
 	slots []int32    // slots[i] is this node's index in aggs[i].contribs
+	meta  *nodeMeta  // what a Manager keeps of the node; nil in a Replica
 }
 
 // aggFlow is one flow of the aggregate: every node's contribution to it and
@@ -114,12 +115,17 @@ func (a *Aggregate) Nodes() iter.Seq2[uint64, int] {
 // when the aggregate is already past it. Its cost is linear in the report
 // and the node's last report. flows must be sorted by ID, each ID once.
 func (a *Aggregate) Check(nodeID uint64, flows []Flow, lim Limits) error {
-	n := a.nodes[nodeID]
+	return a.checkNode(a.nodes[nodeID], flows, lim)
+}
+
+// checkNode is Check of the node n (nil for a node that the aggregate does
+// not hold), so that the caller looks the node up once per report.
+func (a *Aggregate) checkNode(n *aggNode, flows []Flow, lim Limits) error {
 	if n == nil && lim.MaxNodes > 0 && len(a.nodes) >= lim.MaxNodes {
 		return &CapacityError{Limit: LimitMaxNodes, Max: lim.MaxNodes, Would: len(a.nodes) + 1}
 	}
-	if lim.MaxFlows <= 0 {
-		return nil
+	if lim.MaxFlows <= 0 || len(a.flows)+len(flows) <= lim.MaxFlows {
+		return nil // a report adds at most one flow per flow of its own
 	}
 	var old []Flow
 	var aggs []*aggFlow
@@ -161,12 +167,18 @@ func (a *Aggregate) Check(nodeID uint64, flows []Flow, lim Limits) error {
 // report keeps the node, with no flows. It does not retain flows, and
 // reports whether the aggregate changed.
 func (a *Aggregate) Apply(nodeID uint64, flows []Flow) (changed bool) {
-	n := a.nodes[nodeID]
+	_, changed = a.applyNode(nodeID, a.nodes[nodeID], flows)
+	return changed
+}
+
+// applyNode is Apply of node n, the aggregate's entry of nodeID, or nil if
+// it holds none; it returns the node's entry.
+func (a *Aggregate) applyNode(nodeID uint64, n *aggNode, flows []Flow) (*aggNode, bool) {
 	if n == nil {
 		n = &aggNode{}
 		a.nodes[nodeID] = n
 	}
-	return a.replace(n, flows)
+	return n, a.replace(n, flows)
 }
 
 // Remove forgets nodeID and its flows (an eviction), and reports whether

@@ -155,19 +155,20 @@ func checkSorted(flows []Flow) error {
 }
 
 func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flow) (MergeResult, error) {
-	if err := m.agg.Check(nodeID, incoming, m.opts.Limits); err != nil {
+	// One lookup of the node per report: its aggregate entry holds the
+	// Manager's meta (set by every merge that created it).
+	n := m.agg.nodes[nodeID]
+	if err := m.agg.checkNode(n, incoming, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
-	meta := m.nodes[nodeID]
+	var meta *nodeMeta
+	var val *valuePair
 	key := ""
-	if meta != nil {
-		key = meta.key
+	if n != nil && n.meta != nil {
+		meta = n.meta
+		key, val = meta.key, meta.val
 	} else {
 		key = NodeKey(nodeID)
-	}
-	var val *valuePair
-	if meta != nil {
-		val = meta.val
 	}
 	rev, val, err := m.putNodeLocked(ctx, key, val, incoming)
 	if err != nil {
@@ -175,13 +176,14 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	}
 	if rev.Epoch != m.epoch {
 		m.resetLocked(rev.Epoch)
-		meta = nil
+		meta, n = nil, nil
 	}
 	if meta == nil {
 		meta = &nodeMeta{key: key, val: val}
 		m.nodes[nodeID] = meta
 	}
-	changed := m.agg.Apply(nodeID, incoming)
+	n, changed := m.agg.applyNode(nodeID, n, incoming)
+	n.meta = meta
 	if m.override != nil {
 		m.override, m.resync = nil, true
 		changed = true

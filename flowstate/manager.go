@@ -31,6 +31,9 @@ type MergeResult struct {
 	Version
 	// Changed reports whether the aggregate differs from before the merge.
 	Changed bool
+	// Applied is when the report was applied (Options.Now, read once per
+	// merge): the node's LastReport in Nodes. Zero if nothing was merged.
+	Applied time.Time
 }
 
 // Snapshot is a copy of the aggregate at one version.
@@ -198,7 +201,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	if changed {
 		m.dirty = true
 	}
-	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}, Changed: changed}
+	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}, Changed: changed, Applied: meta.seen}
 	if !m.opts.DeferAggregateWrite {
 		if err := m.flushLocked(ctx); err != nil {
 			return res, err

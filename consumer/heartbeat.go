@@ -24,7 +24,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	}
 	var start time.Time
 	if w.cfg.OnApplied != nil {
-		start = time.Now()
+		start = monoNow()
 	}
 	if w.pipe != nil {
 		w.submit(msg, start)
@@ -48,7 +48,7 @@ func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint
 	}
 	w.stats.applied.Add(1)
 	if w.cfg.OnApplied != nil {
-		w.cfg.OnApplied(time.Since(start))
+		w.cfg.OnApplied(appliedSince(start, res))
 	}
 	w.noteNodeEpoch(node, nodeEpoch, hasNodeEpoch)
 	if msg.Reply != "" {
@@ -62,6 +62,26 @@ func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint
 	if res.Changed {
 		w.pub.changed()
 	}
+}
+
+// clockBase is the origin of monoNow.
+var clockBase = time.Now()
+
+// monoNow is time.Now for measuring durations: it reads only the monotonic
+// clock, one clock read where time.Now makes two.
+func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
+
+// appliedSince returns how long a report applied in res took since start,
+// ending at the time that the Manager read when it applied it, so that a
+// report reads the clock once more, not twice; without that time (a
+// replica's result) or with one before start (a Manager's Options.Now that
+// is not the clock), it reads the clock. The worker's Manager uses the
+// clock (time.Now).
+func appliedSince(start time.Time, res flowstate.MergeResult) time.Duration {
+	if res.Applied.IsZero() || res.Applied.Before(start) {
+		return time.Since(start)
+	}
+	return res.Applied.Sub(start)
 }
 
 // decodeReport decodes and checks one report into w.report. It returns

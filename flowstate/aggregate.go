@@ -33,6 +33,7 @@ type aggNode struct {
 	flows []Flow     // sorted by ID, each with a field present
 	aggs  []*aggFlow // aggs[i] is the entry of flows[i]
 	slots []int32    // slots[i] is this node's index in aggs[i].contribs
+	meta  *nodeMeta  // what a Manager keeps of the node; nil in a Replica
 }
 
 // aggFlow is one flow of the aggregate: every node's contribution to it and
@@ -71,6 +72,7 @@ var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
 // changeLog records the flows whose entries changed since the last take.
 type changeLog struct {
 	ids   []FlowID // may hold an id twice (a flow that left and came back)
+	left  int      // flows that left since the last take: ids holds at most left duplicates
 	over  bool     // more changed than limit
 	limit int      // the limit of the last take; 0 before the first
 }
@@ -113,12 +115,17 @@ func (a *Aggregate) Nodes() iter.Seq2[uint64, int] {
 // when the aggregate is already past it. Its cost is linear in the report
 // and the node's last report. flows must be sorted by ID, each ID once.
 func (a *Aggregate) Check(nodeID uint64, flows []Flow, lim Limits) error {
-	n := a.nodes[nodeID]
+	return a.checkNode(a.nodes[nodeID], flows, lim)
+}
+
+// checkNode is Check of the node n (nil for a node that the aggregate does
+// not hold), so that the caller looks the node up once per report.
+func (a *Aggregate) checkNode(n *aggNode, flows []Flow, lim Limits) error {
 	if n == nil && lim.MaxNodes > 0 && len(a.nodes) >= lim.MaxNodes {
 		return &CapacityError{Limit: LimitMaxNodes, Max: lim.MaxNodes, Would: len(a.nodes) + 1}
 	}
-	if lim.MaxFlows <= 0 {
-		return nil
+	if lim.MaxFlows <= 0 || len(a.flows)+len(flows) <= lim.MaxFlows {
+		return nil // a report adds at most one flow per flow of its own
 	}
 	var old []Flow
 	var aggs []*aggFlow
@@ -160,12 +167,18 @@ func (a *Aggregate) Check(nodeID uint64, flows []Flow, lim Limits) error {
 // report keeps the node, with no flows. It does not retain flows, and
 // reports whether the aggregate changed.
 func (a *Aggregate) Apply(nodeID uint64, flows []Flow) (changed bool) {
-	n := a.nodes[nodeID]
+	_, changed = a.applyNode(nodeID, a.nodes[nodeID], flows)
+	return changed
+}
+
+// applyNode is Apply of node n, the aggregate's entry of nodeID, or nil if
+// it holds none; it returns the node's entry.
+func (a *Aggregate) applyNode(nodeID uint64, n *aggNode, flows []Flow) (*aggNode, bool) {
 	if n == nil {
 		n = &aggNode{}
 		a.nodes[nodeID] = n
 	}
-	return a.replace(n, flows)
+	return n, a.replace(n, flows)
 }
 
 // Remove forgets nodeID and its flows (an eviction), and reports whether
@@ -188,6 +201,7 @@ func (a *Aggregate) Reset() {
 	a.order = a.order[:0]
 	a.stale = true
 	a.changes.ids = a.changes.ids[:0]
+	a.changes.left = 0
 	a.changes.over = false
 }
 
@@ -288,6 +302,7 @@ func (a *Aggregate) leave(e *aggFlow, slot int32) bool {
 		return c
 	}
 	a.record(e)
+	a.changes.left++ // e's id may be recorded again if the flow comes back
 	delete(a.flows, e.agg.ID)
 	a.stale = true
 	e.marked = false
@@ -338,11 +353,15 @@ func (a *Aggregate) record(e *aggFlow) {
 func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 	dst = dst[:0]
 	c := &a.changes
-	if len(c.ids) > 1 {
+	// An id is recorded twice only if its flow left in between, so more
+	// than limit+left ids are more than limit flows: a resync, decided
+	// without sorting the record (under a flood most flows change).
+	ok := !c.over && len(c.ids)-c.left <= limit
+	if ok && len(c.ids) > 1 {
 		slices.Sort(c.ids)
 		c.ids = slices.Compact(c.ids)
+		ok = len(c.ids) <= limit
 	}
-	ok := !c.over && len(c.ids) <= limit
 	for _, id := range c.ids {
 		e := a.flows[id]
 		if e != nil {
@@ -359,6 +378,6 @@ func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 	if !ok {
 		dst = dst[:0]
 	}
-	c.ids, c.over, c.limit = c.ids[:0], false, max(limit, 1)
+	c.ids, c.left, c.over, c.limit = c.ids[:0], 0, false, max(limit, 1)
 	return dst, ok
 }

@@ -48,3 +48,39 @@ func BenchmarkAggregateShared(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAggregateFlood measures the worker's path at 10,000 nodes x 10
+// flows under a flood: one report checked against the worker's limits and
+// applied, and every 6,000 reports (one update's worth) a take of the
+// changes, which by then are more than half of the flows: a resync.
+func BenchmarkAggregateFlood(b *testing.B) {
+	const nodes, flows, perTake = 10_000, 10, 6_000
+	lim := flowstate.Limits{MaxNodes: nodes, MaxFlows: nodes * flows}
+	a := flowstate.NewAggregate()
+	report := make([]flowstate.Flow, flows)
+	fill := func(node, round int) {
+		for f := range report {
+			report[f] = flowstate.Flow{ID: flowstate.FlowID(node*flows + f), Has: flowstate.HasStateSize, StateSize: uint64(round)}
+		}
+	}
+	for node := range nodes {
+		fill(node, 0)
+		a.Apply(uint64(node), report)
+	}
+	var took []flowstate.Flow
+	took, _ = a.TakeChanges(took, nodes*flows/2)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		node, round := i%nodes, i/nodes+1
+		i++
+		fill(node, round)
+		if err := a.Check(uint64(node), report, lim); err != nil {
+			b.Fatal(err)
+		}
+		a.Apply(uint64(node), report)
+		if i%perTake == 0 {
+			took, _ = a.TakeChanges(took, nodes*flows/2)
+		}
+	}
+}

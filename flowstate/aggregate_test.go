@@ -289,3 +289,26 @@ func TestAggregateChangeRecordStaysBoundedUntaken(t *testing.T) {
 	assert.False(t, ok, "5,000 changes, past the 1,024 recorded before any take")
 	assert.Empty(t, got)
 }
+
+func TestAggregateTakeChangesCountsFlowsThatCameBackOnce(t *testing.T) {
+	a := flowstate.NewAggregate()
+	report := make([]flowstate.Flow, 5)
+	for i := range report {
+		report[i] = flowstate.Flow{ID: flowstate.FlowID(i), Has: flowstate.HasStateSize}
+	}
+	a.Apply(1, report)
+	_, ok := a.TakeChanges(nil, 5)
+	require.True(t, ok)
+
+	// Every flow leaves and comes back: recorded twice, five changes.
+	a.Remove(1)
+	a.Apply(1, report)
+	got, ok := a.TakeChanges(nil, 5)
+	require.True(t, ok, "five flows changed, within a limit of 5")
+	assert.Equal(t, report, got)
+
+	a.Remove(1)
+	a.Apply(1, report)
+	_, ok = a.TakeChanges(got, 4)
+	assert.False(t, ok, "five flows changed, past a limit of 4")
+}

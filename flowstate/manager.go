@@ -31,6 +31,9 @@ type MergeResult struct {
 	Version
 	// Changed reports whether the aggregate differs from before the merge.
 	Changed bool
+	// Applied is when the report was applied (Options.Now, read once per
+	// merge): the node's LastReport in Nodes. Zero if nothing was merged.
+	Applied time.Time
 }
 
 // Snapshot is a copy of the aggregate at one version.
@@ -155,19 +158,20 @@ func checkSorted(flows []Flow) error {
 }
 
 func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flow) (MergeResult, error) {
-	if err := m.agg.Check(nodeID, incoming, m.opts.Limits); err != nil {
+	// One lookup of the node per report: its aggregate entry holds the
+	// Manager's meta (set by every merge that created it).
+	n := m.agg.nodes[nodeID]
+	if err := m.agg.checkNode(n, incoming, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
-	meta := m.nodes[nodeID]
+	var meta *nodeMeta
+	var val *valuePair
 	key := ""
-	if meta != nil {
-		key = meta.key
+	if n != nil && n.meta != nil {
+		meta = n.meta
+		key, val = meta.key, meta.val
 	} else {
 		key = NodeKey(nodeID)
-	}
-	var val *valuePair
-	if meta != nil {
-		val = meta.val
 	}
 	rev, val, err := m.putNodeLocked(ctx, key, val, incoming)
 	if err != nil {
@@ -175,13 +179,14 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	}
 	if rev.Epoch != m.epoch {
 		m.resetLocked(rev.Epoch)
-		meta = nil
+		meta, n = nil, nil
 	}
 	if meta == nil {
 		meta = &nodeMeta{key: key, val: val}
 		m.nodes[nodeID] = meta
 	}
-	changed := m.agg.Apply(nodeID, incoming)
+	n, changed := m.agg.applyNode(nodeID, n, incoming)
+	n.meta = meta
 	if m.override != nil {
 		m.override, m.resync = nil, true
 		changed = true
@@ -196,7 +201,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	if changed {
 		m.dirty = true
 	}
-	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}, Changed: changed}
+	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}, Changed: changed, Applied: meta.seen}
 	if !m.opts.DeferAggregateWrite {
 		if err := m.flushLocked(ctx); err != nil {
 			return res, err

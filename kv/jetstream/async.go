@@ -115,21 +115,14 @@ func (s *Store) PutAsync(ctx context.Context, key string, value []byte, done fun
 		return fmt.Errorf("%w: put %s: %v", kv.ErrUnavailable, key, err)
 	}
 	p := a.pool.Get().(*asyncPut)
-	// nats.go copies the data into its buffer as it publishes.
+	// nats.go copies the data into its buffer as it publishes; the header
+	// stays empty, so that the client adds nothing per put.
 	p.msg = nats.Msg{Subject: s.subject(key), Data: value}
 	p.key, p.done = key, done
 	a.mu.Lock()
 	a.byMsg[&p.msg] = p
 	a.mu.Unlock()
-	opts := []natsjs.PublishOpt{natsjs.WithRetryAttempts(0)}
-	if seq := s.epochSeq(); seq != 0 {
-		// Fenced on the epoch key: a put sent just before the bucket was
-		// purged or recreated is refused instead of landing in the next
-		// epoch, whose lineage it does not belong to (the caller was, or
-		// will be, told the epoch it was acked in).
-		opts = append(opts, natsjs.WithExpectLastSequenceForSubject(seq, s.subject(s.cfg.EpochKey)))
-	}
-	if _, err := a.js.PublishMsgAsync(&p.msg, opts...); err != nil {
+	if _, err := a.js.PublishMsgAsync(&p.msg, natsjs.WithRetryAttempts(0)); err != nil {
 		if a.take(&p.msg) == nil {
 			return nil // already answered by a handler
 		}

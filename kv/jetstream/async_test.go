@@ -90,37 +90,4 @@ func TestPutAsyncWithoutTheStreamIsAnsweredUnavailable(t *testing.T) {
 	require.ErrorIs(t, err, kv.ErrUnavailable, "nothing is sent until a probe finds JetStream back")
 }
 
-// TestPutAsyncAfterAPurgeIsRefusedNotStoredInTheNextEpoch purges the
-// bucket behind the store's back (another process, or an operator): a put
-// the store sends before it has seen the new epoch is refused by the
-// stream, fenced on the epoch key, instead of landing in an epoch that it
-// does not belong to; once the store reads the new epoch, puts go through.
-func TestPutAsyncAfterAPurgeIsRefusedNotStoredInTheNextEpoch(t *testing.T) {
-	nc := connectTo(t, startJetStream(t))
-	st := openStore(t, nc, jetstream.Config{})
-	require.NoError(t, putAll(t, st, 1, 1)[0].err)
-
-	js, err := jetstreamFor(nc)
-	require.NoError(t, err)
-	stream, err := js.Stream(t.Context(), "KV_"+st.Bucket())
-	require.NoError(t, err)
-	require.NoError(t, stream.Purge(t.Context()))
-	bucket, err := js.KeyValue(t.Context(), st.Bucket())
-	require.NoError(t, err)
-	_, err = bucket.Create(t.Context(), jetstream.DefaultEpochKey, []byte("another-epoch"))
-	require.NoError(t, err)
-
-	a := putAll(t, st, 1, 1)[0]
-	require.ErrorIs(t, a.err, kv.ErrUnavailable, "a put fenced on the old epoch")
-	_, err = bucket.Get(t.Context(), "k0")
-	require.ErrorIs(t, err, natsjs.ErrKeyNotFound, "nothing stored in the new epoch")
-
-	epoch, err := st.Epoch(t.Context())
-	require.NoError(t, err)
-	assert.Equal(t, "another-epoch", epoch)
-	a = putAll(t, st, 1, 1)[0]
-	require.NoError(t, a.err)
-	assert.Equal(t, "another-epoch", a.rev.Epoch)
-}
-
 func jetstreamFor(nc *nats.Conn) (natsjs.JetStream, error) { return natsjs.New(nc) }

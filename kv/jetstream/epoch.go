@@ -78,12 +78,3 @@ func (s *Store) lastEpoch() string {
 	}
 	return ""
 }
-
-// epochSeq is the sequence number of the epoch key's write that started the
-// epoch this store last saw (0 if none yet).
-func (s *Store) epochSeq() uint64 {
-	if e := s.epoch.Load(); e != nil {
-		return e.seq
-	}
-	return 0
-}

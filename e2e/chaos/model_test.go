@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 
 	"github.com/anishathalye/porcupine"
@@ -72,6 +73,7 @@ type pendingOp struct {
 type model struct {
 	table []pendingOp            // by invocation
 	cands map[string][]pendingOp // per epoch, those of table that may take effect in it, by invocation
+	reach map[string][]int64     // per epoch, the running max of cands' deadlines
 	acks  map[string][]uint64    // per epoch, the revisions of acked reports, ascending
 	lag   int64
 }
@@ -105,20 +107,43 @@ func (m *model) ackedBetween(epoch string, lo, hi uint64) bool {
 // inFlight returns the reports that may take effect in epoch while the get
 // i runs: those of unknown outcome and those acked in another epoch.
 func (m *model) inFlight(i input, epoch string) []pendingOp {
-	c := m.cands[epoch]
+	c, reach := m.cands[epoch], m.reach[epoch]
 	hi, _ := slices.BinarySearchFunc(c, i.ret+1, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
 	lo := hi
-	for lo > 0 && c[lo-1].deadline >= i.call {
+	for lo > 0 && reach[lo-1] >= i.call {
 		lo--
 	}
-	return c[lo:hi]
+	var out []pendingOp
+	for _, p := range c[lo:hi] {
+		if p.deadline >= i.call {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// reaches returns, per epoch, the latest deadline of its candidates up to
+// each one: deadlines do not grow with invocations.
+func reaches(cands map[string][]pendingOp) map[string][]int64 {
+	out := make(map[string][]int64, len(cands))
+	for e, c := range cands {
+		r := make([]int64, len(c))
+		for j, p := range c {
+			r[j] = p.deadline
+			if j > 0 {
+				r[j] = max(r[j], r[j-1])
+			}
+		}
+		out[e] = r
+	}
+	return out
 }
 
 // candidates returns, per epoch of the history h, the reports of table
-// that may take effect in it: those invoked from lag before its first
-// operation (or, for a memory worker's epoch, from its start) to its last
-// one, and not acked in it.
-func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) map[string][]pendingOp {
+// that may take effect in it: those invoked up to its last operation whose
+// deadline is not before its first one (for a memory worker's epoch, those
+// invoked from its start), and not acked in it.
+func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int64) map[string][]pendingOp {
 	type span struct{ first, last int64 }
 	spans := map[string]*span{}
 	for _, o := range h {
@@ -131,19 +156,16 @@ func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int
 	}
 	out := map[string][]pendingOp{}
 	for e, sp := range spans {
-		from := sp.first - lag
-		if open, ok := opens[e]; ok {
-			from = open
-		}
-		lo, _ := slices.BinarySearchFunc(table, from, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
+		open, opened := opens[e]
 		var c []pendingOp
-		for _, p := range table[lo:] {
+		for _, p := range table {
 			if p.call > sp.last {
 				break
 			}
-			if p.epoch != e {
-				c = append(c, p)
+			if p.epoch == e || (opened && p.call < open) || (!opened && p.deadline < sp.first) {
+				continue
 			}
+			c = append(c, p)
 		}
 		out[e] = c
 	}
@@ -253,7 +275,8 @@ var hashSeed = maphash.MakeSeed()
 
 // newModel is the model with its partition by epoch.
 func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
-	m := &model{table: table, cands: candidates(h, table, opens, lag), lag: lag, acks: map[string][]uint64{}}
+	m := &model{table: table, cands: candidates(h, table, opens), lag: lag, acks: map[string][]uint64{}}
+	m.reach = reaches(m.cands)
 	for _, p := range table {
 		if p.epoch != "" {
 			m.acks[p.epoch] = append(m.acks[p.epoch], p.rev)
@@ -309,12 +332,21 @@ func partition(h []porcupine.Operation) [][]porcupine.Operation {
 
 // operations converts the recorded history into porcupine's (answered
 // gets, acked reports, acked invalid reports) and the model's table of
-// reports of unknown outcome, which may take effect up to lag after their
-// invocation.
+// reports of unknown outcome.
+//
+// A report of unknown outcome (a timeout or a 5xx) may take effect within
+// lag of its invocation, or later, but before the first report that was
+// invoked after its answer (or its timeout) is acked, or never. That is
+// the promise "changes nothing or is superseded", and what the stream
+// guarantees: a write the stream leader took but did not commit before it
+// died is committed by the next leader before anything that leader stores,
+// or never; a JetStream outage can make that much longer than lag.
 func operations(ops []op, lag int64) ([]porcupine.Operation, []pendingOp) {
 	var h []porcupine.Operation
 	var table []pendingOp
+	after := ackedAfter(ops)
 	for _, o := range ops {
+		o.in.call = o.call
 		switch {
 		case o.out.status == stOK:
 			o.in.ret = o.ret
@@ -323,9 +355,31 @@ func operations(ops []op, lag int64) ([]porcupine.Operation, []pendingOp) {
 				table = append(table, pendingOp{epoch: o.out.epoch, rev: o.out.rev, node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
 			}
 		case o.out.status == stUnknown && o.in.kind == opReport:
-			table = append(table, pendingOp{node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
+			table = append(table, pendingOp{node: o.in.node, report: o.in.report, call: o.call, deadline: max(o.call+lag, after(o.ret))})
 		}
 	}
 	slices.SortFunc(table, func(a, b pendingOp) int { return cmp.Compare(a.call, b.call) })
 	return h, table
+}
+
+// ackedAfter returns a function of a time t: the earliest completion of an
+// acked report invoked after t (math.MaxInt64 if there is none).
+func ackedAfter(ops []op) func(t int64) int64 {
+	type ack struct{ call, ret int64 }
+	var acks []ack
+	for _, o := range ops {
+		if o.out.status == stOK && o.in.kind == opReport {
+			acks = append(acks, ack{o.call, o.ret})
+		}
+	}
+	slices.SortFunc(acks, func(a, b ack) int { return cmp.Compare(a.call, b.call) })
+	first := make([]int64, len(acks)+1) // first[i]: the earliest ret of acks[i:]
+	first[len(acks)] = math.MaxInt64
+	for i := len(acks) - 1; i >= 0; i-- {
+		first[i] = min(first[i+1], acks[i].ret)
+	}
+	return func(t int64) int64 {
+		i, _ := slices.BinarySearchFunc(acks, t+1, func(a ack, t int64) int { return cmp.Compare(a.call, t) })
+		return first[i]
+	}
 }

@@ -9,9 +9,17 @@ import (
 )
 
 // The model on small histories: an acked report missing from a later get
-// is a violation; a report answered 503 that shows up later is not.
+// is a violation; a report answered 503 that shows up later is not, unless
+// it shows up past lag and after a report invoked after its answer was
+// acked.
 func TestModelOnSmallHistories(t *testing.T) {
-	r := report{{5, 6, 7}}
+	r, s := report{{5, 6, 7}}, report{{1, 1, 1}, {2, 2, 2}}
+	late := 10 + int64(lag) + int64(time.Second)
+	ackS := op{in: input{kind: opReport, node: 1, report: s}, out: output{status: stOK, epoch: "e", rev: 2}, call: 30, ret: 40}
+	seenS := op{in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 2, agg: s}, call: 50, ret: 60}
+	both := report{{5, 6, 7}, {2, 2, 2}}
+	seenLate := op{in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 3, agg: r}, call: late, ret: late + 10}
+	seenBothLate := op{in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 3, agg: both}, call: late, ret: late + 10}
 	ack := op{in: input{kind: opReport, node: 0, report: r}, out: output{status: stOK, epoch: "e", rev: 3}, call: 10, ret: 20}
 	unknown := op{in: input{kind: opReport, node: 0, report: r}, out: output{status: stUnknown, code: "503"}, call: 10, ret: 20}
 	empty := op{in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 0}, call: 30, ret: 40}
@@ -25,6 +33,9 @@ func TestModelOnSmallHistories(t *testing.T) {
 		{"acked then lost", []op{ack, empty}, porcupine.Illegal},
 		{"503 then seen", []op{unknown, seen}, porcupine.Ok},
 		{"503 then not seen", []op{unknown, empty}, porcupine.Ok},
+		{"503 seen past lag, nothing acked since", []op{unknown, seenLate}, porcupine.Ok},
+		{"503 seen past lag, after a later report was acked", []op{unknown, ackS, seenS, seenBothLate}, porcupine.Illegal},
+		{"503 seen within lag, after a later report was acked", []op{unknown, ackS, seenS, {in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: 3, agg: both}, call: 70, ret: 80}}, porcupine.Ok},
 		{"ack revision goes back", []op{ack, seen, {in: input{kind: opReport, node: 1}, out: output{status: stOK, epoch: "e", rev: 2}, call: 50, ret: 60}}, porcupine.Illegal},
 		{"another epoch starts empty", []op{ack, {in: input{kind: opGet}, out: output{status: stOK, epoch: "f", rev: 0}, call: 30, ret: 40}}, porcupine.Ok},
 	} {

@@ -103,6 +103,7 @@ type Replica struct {
 	stopped     bool                    // Run has returned
 	ready       bool                    // the watch has delivered the store's content
 	epoch       string                  // the store's epoch; "" before the first look
+	epochStart  uint64                  // where epoch began: node writes below it are the last epoch's (kv.OpReset)
 	rev         uint64                  // revision of the served state
 	agg         *Aggregate              // what the watch applied
 	nodes       map[uint64]*replicaNode // per node of agg

@@ -41,6 +41,7 @@ func (r *Replica) applyLocked(ev kv.Event) bool {
 	switch ev.Op {
 	case kv.OpReset:
 		r.resetLocked(ev.Revision.Epoch)
+		r.epochStart = ev.Revision.Seq
 		return false
 	case kv.OpSynced:
 		r.ready = true
@@ -53,7 +54,7 @@ func (r *Replica) applyLocked(ev kv.Event) bool {
 		r.freezeLocked()
 	}
 	r.watermark = ev.Revision.Seq
-	if strings.HasPrefix(ev.Key, NodeKeyPrefix) {
+	if strings.HasPrefix(ev.Key, NodeKeyPrefix) && ev.Revision.Seq > r.epochStart {
 		r.applyNodeLocked(ev)
 	}
 	if r.ready && ev.Exact {
@@ -95,8 +96,15 @@ func (r *Replica) freezeLocked() {
 }
 
 // settleLocked serves the current state, which is exact, and reports
-// whether it changed.
+// whether it changed. A watch that started over in the same epoch may
+// read a stream that is behind what was served (a server that has not yet
+// learnt it is no longer the stream's leader answers for a while): the
+// last exact state stays served until the watch has reached it, so that
+// a revision never labels another state than its own.
 func (r *Replica) settleLocked() bool {
+	if r.frozen && r.nodeRev < r.rev {
+		return false
+	}
 	r.frozen = false
 	if r.nodeRev > r.rev {
 		if r.rev == 0 {

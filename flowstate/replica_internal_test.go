@@ -98,6 +98,20 @@ func TestReplicaRereadKeepsServing(t *testing.T) {
 	assert.Equal(t, map[FlowID]int64{1: 12}, got)
 	assert.Equal(t, uint64(5), rev)
 
+	// A pass that reads a stream behind what was served (revision 5) keeps
+	// the last exact state served until it has caught up.
+	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.apply(put(1, 3, false, 10))
+	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	got, rev = served(t, f)
+	assert.Equal(t, map[FlowID]int64{1: 12}, got, "not the state at revision 3 labelled 5")
+	assert.Equal(t, uint64(5), rev)
+	f.apply(put(1, 5, true, 12))
+	f.apply(put(2, 6, true, 20))
+	got, rev = served(t, f)
+	assert.Equal(t, map[FlowID]int64{1: 12, 2: 20}, got, "caught up")
+	assert.Equal(t, uint64(6), rev)
+
 	// A new epoch starts over, empty at revision 0 once synced.
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e2"}})
 	_, err := f.Snapshot(context.Background(), nil)
@@ -149,4 +163,23 @@ func TestReplicaDeltaWhileCatchingUp(t *testing.T) {
 	assert.Equal(t, uint64(1), d.Base)
 	assert.Equal(t, uint64(6), d.Revision)
 	assert.Equal(t, []FlowID{1, 2, 3}, []FlowID{d.Flows[0].ID, d.Flows[1].ID, d.Flows[2].ID})
+}
+
+// TestReplicaLeavesOutWritesBeforeTheEpochBegan: a node write the store
+// took after a purge but before the new epoch's key (a lower sequence
+// number than OpReset's) belongs to the last epoch, not to this one.
+func TestReplicaLeavesOutWritesBeforeTheEpochBegan(t *testing.T) {
+	f := newTestReplica(t)
+	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1", Seq: 5}})
+	f.apply(put(1, 4, false, 10)) // stored before the epoch key
+	f.apply(put(2, 6, false, 20))
+	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 6}, Exact: true})
+	got, rev := served(t, f)
+	assert.Equal(t, map[FlowID]int64{2: 20}, got)
+	assert.Equal(t, uint64(6), rev)
+
+	f.apply(put(1, 7, true, 30))
+	got, rev = served(t, f)
+	assert.Equal(t, map[FlowID]int64{1: 30, 2: 20}, got, "the node's writes in this epoch count")
+	assert.Equal(t, uint64(7), rev)
 }

@@ -50,7 +50,10 @@ const (
 	// OpDelete: Key was deleted (or purged).
 	OpDelete
 	// OpReset: the watch (re)starts at epoch Revision.Epoch. Forget every
-	// key: the store's current entries follow, then OpSynced.
+	// key: the store's current entries follow, then OpSynced. Revision.Seq,
+	// if not 0, is where the epoch began: an entry with a lower sequence
+	// number is a write of the last epoch that the store took after it was
+	// cleared and before the new epoch began, and is no part of this one.
 	OpReset
 	// OpSynced: every entry the store held when the watch (re)started has
 	// been delivered; live writes follow.

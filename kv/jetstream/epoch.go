@@ -14,14 +14,20 @@ import (
 // Epoch implements Store: it reads the epoch key, and creates it with a new
 // epoch if it is missing.
 func (s *Store) Epoch(ctx context.Context) (string, error) {
+	e, err := s.currentEpoch(ctx)
+	return e.name, err
+}
+
+// currentEpoch is Epoch, with the sequence number of the epoch key's write.
+func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 	for range 5 {
 		e, err := s.Get(ctx, s.cfg.EpochKey)
 		if err == nil && len(e.Value) > 0 {
 			s.setEpoch(string(e.Value), e.Revision)
-			return string(e.Value), nil
+			return epochAt{name: string(e.Value), seq: e.Revision}, nil
 		}
 		if err != nil && !errors.Is(err, kv.ErrNotFound) {
-			return "", err
+			return epochAt{}, err
 		}
 		epoch := kv.NewEpoch()
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
@@ -30,14 +36,14 @@ func (s *Store) Epoch(ctx context.Context) (string, error) {
 		if err == nil {
 			s.setEpoch(epoch, seq)
 			s.log.Info("new epoch", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
-			return epoch, nil
+			return epochAt{name: epoch, seq: seq}, nil
 		}
 		if !errors.Is(err, natsjs.ErrKeyExists) {
-			return "", s.wrap("create epoch", err)
+			return epochAt{}, s.wrap("create epoch", err)
 		}
 		// Another process created it first: read theirs.
 	}
-	return "", fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
+	return epochAt{}, fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
 }
 
 // LastRevision implements Watcher: the stream's last sequence number, as its

@@ -68,10 +68,11 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	if err := s.ensureBucket(ctx, false); err != nil {
 		return err
 	}
-	epoch, err := s.Epoch(ctx)
+	ep, err := s.currentEpoch(ctx)
 	if err != nil {
 		return err
 	}
+	epoch := ep.name
 	w := &watchSub{ch: make(chan *nats.Msg, 256), done: make(chan struct{}), closed: make(chan struct{})}
 	defer close(w.done)
 	sub, err := s.legacy.Subscribe(s.prefix+">", w.deliver,
@@ -89,7 +90,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	if err != nil {
 		return s.wrap("watch", err)
 	}
-	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch}})
+	// Writes stored between a purge and the epoch key's write that followed
+	// it are below ep.seq: OpReset says so (see kv.OpReset).
+	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch, Seq: ep.seq}})
 
 	var (
 		last   uint64 // sequence number of the last write delivered

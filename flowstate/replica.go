@@ -43,8 +43,8 @@ type ReplicaOptions struct {
 	// DefaultLeaseTTL if 0.
 	LeaseTTL time.Duration
 	// Limits bound the state: MergeFlows refuses a report that would pass
-	// one, by this replica's state, before it writes. Writes that come
-	// through the watch are always applied.
+	// one, by this replica's state and its own writes in flight, before it
+	// writes. Writes that come through the watch are always applied.
 	Limits Limits
 	Logger *slog.Logger // nil: discard
 	// Now tells the time of a report when the store does not; time.Now if
@@ -122,6 +122,7 @@ type Replica struct {
 	spare       []Flow
 	own         map[uint64][]*ownWrite // per node, this worker's writes the watch has not delivered, in order
 	ownNew      map[uint64]struct{}    // nodes with writes in own that were new to agg when written
+	ownFlows    int                    // the flows of the writes in own, counted against Limits.MaxFlows
 	ownFree     []*ownWrite
 	keyBuf      []byte
 }

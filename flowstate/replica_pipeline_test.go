@@ -189,3 +189,26 @@ func TestReplicaPipelineCountsNewNodesInFlightAgainstMaxNodes(t *testing.T) {
 	require.ErrorIs(t, err, flowstate.ErrCapacity, "two nodes applied make the limit")
 	fmerge(t, w.mgr, 2, lastExecOf(2, 5))
 }
+
+// A window of reports, each within --max-total-flows by what the watch
+// applied, must not pass it together: the flows of writes in flight count.
+func TestReplicaPipelineCountsFlowsInFlightAgainstMaxFlows(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxFlows: 4}})
+	mem.StallWatches()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1, 2, 3))
+	_, err := w.mgr.Submit(t.Context(), 2, lastExecOf(2, 4, 5).Flows())
+	var capErr *flowstate.CapacityError
+	require.ErrorAs(t, err, &capErr, "three flows in flight and two more pass 4")
+	assert.Equal(t, flowstate.LimitMaxTotalFlows, capErr.Limit)
+	second := submit(t, w.mgr, 2, lastExecOf(2, 4))
+	mem.ResumeWatches()
+	for _, p := range []*flowstate.Pending{first, second} {
+		_, err := outcome(t, p)
+		require.NoError(t, err)
+	}
+	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 5).Flows())
+	require.ErrorIs(t, err, flowstate.ErrCapacity, "four flows applied make the limit")
+	fmerge(t, w.mgr, 1, lastExecOf(1, 1)) // frees two flows
+	fmerge(t, w.mgr, 3, lastExecOf(3, 5, 6))
+}

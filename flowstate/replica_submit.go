@@ -54,6 +54,9 @@ type ownWrite struct {
 	seq   uint64 // the write's sequence number, once stored (0 before)
 	value []byte
 	flows []Flow
+	// counted is how many flows the write holds against
+	// Limits.MaxFlows while it is in flight (Replica.ownFlows).
+	counted int
 }
 
 var pendingPool = sync.Pool{New: func() any {
@@ -87,7 +90,7 @@ func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []Flow) (*Pen
 		err = r.behindLocked()
 	}
 	if err == nil {
-		err = r.agg.Check(nodeID, flows, r.opts.Limits)
+		err = r.agg.Check(nodeID, flows, r.inFlightLimitsLocked())
 	}
 	if err == nil {
 		err = r.checkNewNodesLocked(nodeID)
@@ -152,6 +155,20 @@ func (p *Pending) forget() {
 			return
 		}
 	}
+}
+
+// inFlightLimitsLocked returns ReplicaOptions.Limits less what this
+// worker's writes in flight may add: every flow of such a write counts
+// against MaxFlows until the watch has applied it or it failed, so that a
+// window of reports, each within the limit by what the watch applied,
+// cannot take the state past it together. (Nodes in flight are counted by
+// checkNewNodesLocked.) A report that adds no flow still passes.
+func (r *Replica) inFlightLimitsLocked() Limits {
+	lim := r.opts.Limits
+	if lim.MaxFlows > 0 && r.ownFlows > 0 {
+		lim.MaxFlows = max(lim.MaxFlows-r.ownFlows, 1)
+	}
+	return lim
 }
 
 // checkNewNodesLocked refuses a report of a node new to the aggregate if
@@ -247,6 +264,10 @@ func (r *Replica) rememberLocked(nodeID uint64, value []byte, flows []Flow) *own
 			w.flows = append(w.flows, f)
 		}
 	}
+	if r.opts.Limits.MaxFlows > 0 {
+		w.counted = len(w.flows)
+		r.ownFlows += w.counted
+	}
 	r.own[nodeID] = append(r.own[nodeID], w)
 	if _, ok := r.agg.NodeFlows(nodeID); !ok {
 		r.ownNew[nodeID] = struct{}{}
@@ -255,6 +276,8 @@ func (r *Replica) rememberLocked(nodeID uint64, value []byte, flows []Flow) *own
 }
 
 func (r *Replica) freeOwnLocked(w *ownWrite) {
+	r.ownFlows -= w.counted
+	w.counted = 0
 	w.gen++
 	r.ownFree = append(r.ownFree, w)
 }

@@ -22,14 +22,22 @@ type natsConn struct {
 	closing atomic.Bool   // the worker is closing it: disconnections are its own doing
 }
 
+// storeConnOptions make the JetStream store's own connection: a write
+// buffered while the connection is down would be sent once it is back,
+// after the report it carries was answered 503, and could then be stored
+// after a later report of the same node. With no reconnect buffer, a write
+// is sent now or fails now.
+var storeConnOptions = []nats.Option{nats.Name("flowstate-worker-store"), nats.ReconnectBufSize(-1)}
+
 // connect dials NATS with the worker's policy: keep trying to connect, reconnect
 // forever with jitter, buffer publishes while disconnected, and keep retrying
 // on authentication errors (logged, not fatal). With srv, the connection is
 // in-process. The credentials' options are auth, checked beforehand.
 //
 // fatal gets an error that leaves the worker up but unable to consume: the
-// server refusing its heartbeat subscription.
-func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, prefix string, log *slog.Logger) (*natsConn, error) {
+// server refusing its heartbeat subscription. extra options come last, and
+// so override the policy's.
+func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, prefix string, log *slog.Logger, extra ...nats.Option) (*natsConn, error) {
 	c := &natsConn{closed: make(chan struct{}), up: make(chan struct{}), fatal: make(chan error, 1)}
 	heartbeats := prefix + ".heartbeat.*"
 	slow := throttle.New(1, 10*time.Second) // slow-consumer log lines
@@ -124,6 +132,7 @@ func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, pre
 		opts = append(opts, nats.InProcessServer(srv))
 	}
 	opts = append(opts, auth...)
+	opts = append(opts, extra...)
 	nc, err := nats.Connect(strings.TrimSpace(url), opts...)
 	if err != nil {
 		return nil, err

@@ -67,6 +67,7 @@ type Main struct {
 
 	srv     *server.Server
 	nc      *natsConn
+	storeNC *natsConn // --kv jetstream: the store's own connection
 	worker  *consumer.Worker
 	store   kv.Store
 	state   consumer.State     // the state the worker serves
@@ -120,7 +121,9 @@ func (m *Main) Open() error {
 		return fmt.Errorf("NATS connect: %w", err)
 	}
 	m.nc = nc
-	mgr, err := m.openState()
+	mgr, err := m.openState(func() (*natsConn, error) {
+		return connect(url, inProcess, auth, m.Config.Prefix, m.Log.With(slog.String("conn", "store")), storeConnOptions...)
+	})
 	if err != nil {
 		return err
 	}

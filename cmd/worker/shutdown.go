@@ -60,6 +60,11 @@ func (m *Main) stopState(ctx context.Context) error {
 		js.Close()
 		m.store = nil
 	}
+	if m.storeNC != nil {
+		m.storeNC.closing.Store(true)
+		m.storeNC.Close()
+		m.storeNC = nil
+	}
 	return err
 }
 

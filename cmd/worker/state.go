@@ -17,9 +17,10 @@ const jetStreamStartTimeout = 15 * time.Second
 
 // openState returns the state of the configured backend: a Manager on an
 // in-memory store, or a Replica of a JetStream bucket that the workers
-// share. The Replica runs from here, so that its watch has read the bucket
+// share, on a connection of its own that dial makes (storeConnOptions).
+// The Replica runs from here, so that its watch has read the bucket
 // before the worker serves, until stopState.
-func (m *Main) openState() (consumer.State, error) {
+func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error) {
 	if m.Config.KV != "jetstream" {
 		m.store = kv.NewMemory()
 		m.state = flowstate.NewManager(m.store, flowstate.Options{
@@ -32,7 +33,12 @@ func (m *Main) openState() (consumer.State, error) {
 	defer cancel()
 	cfg := m.Config.jetStreamConfig()
 	cfg.Logger = m.Log
-	js, err := jetstream.Open(ctx, m.nc.Conn, cfg)
+	snc, err := dial()
+	if err != nil {
+		return nil, fmt.Errorf("NATS connect: %w", err)
+	}
+	m.storeNC = snc
+	js, err := jetstream.Open(ctx, snc.Conn, cfg)
 	if errors.Is(err, jetstream.ErrServerTooOld) {
 		return nil, fmt.Errorf("--kv jetstream: %w", err)
 	}

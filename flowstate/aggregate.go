@@ -40,13 +40,16 @@ type aggNode struct {
 // their per-field max. With few contributors (the common case: a flow runs
 // on one flownode) the max is recomputed by a scan; with more, one max-heap
 // per field keeps it in O(log k) per update.
+//
+// The fields a merge reads come first, the heaps (used only past
+// smallContribs contributors) last.
 type aggFlow struct {
 	agg      Flow
 	contribs []contrib
-	heaps    [numFields][]int32 // indexes into contribs; maintained when large
 	large    bool
-	marked   bool // recorded in changes since the last take
+	mark     uint64 // recorded in changes if equal to changes.gen
 	first    [1]contrib
+	heaps    [numFields][]int32 // indexes into contribs; maintained when large
 }
 
 type contrib struct {
@@ -70,16 +73,21 @@ const (
 var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
 
 // changeLog records the flows whose entries changed since the last take.
+//
+// An entry is marked as recorded by its mark equal to gen; a take or a reset
+// unmarks every entry at once by moving gen on, so a resync (most flows
+// changed) costs nothing per flow.
 type changeLog struct {
 	ids   []FlowID // may hold an id twice (a flow that left and came back)
 	left  int      // flows that left since the last take: ids holds at most left duplicates
 	over  bool     // more changed than limit
 	limit int      // the limit of the last take; 0 before the first
+	gen   uint64   // the current mark; never 0, the mark of an entry never recorded
 }
 
 // NewAggregate returns an empty aggregate.
 func NewAggregate() *Aggregate {
-	return &Aggregate{nodes: make(map[uint64]*aggNode), flows: make(map[FlowID]*aggFlow)}
+	return &Aggregate{nodes: make(map[uint64]*aggNode), flows: make(map[FlowID]*aggFlow), changes: changeLog{gen: 1}}
 }
 
 // Len returns the number of nodes (those whose last report is empty
@@ -203,6 +211,7 @@ func (a *Aggregate) Reset() {
 	a.changes.ids = a.changes.ids[:0]
 	a.changes.left = 0
 	a.changes.over = false
+	a.changes.gen++
 }
 
 // AppendFlows appends the aggregate to dst, sorted by ID. The order is
@@ -305,7 +314,7 @@ func (a *Aggregate) leave(e *aggFlow, slot int32) bool {
 	a.changes.left++ // e's id may be recorded again if the flow comes back
 	delete(a.flows, e.agg.ID)
 	a.stale = true
-	e.marked = false
+	e.mark = 0
 	if len(a.free) < maxFree {
 		a.free = append(a.free, e)
 	}
@@ -331,14 +340,14 @@ func canonical(f Flow) Flow {
 // record notes that e's entry changed.
 func (a *Aggregate) record(e *aggFlow) {
 	c := &a.changes
-	if e.marked || c.over {
+	if e.mark == c.gen || c.over {
 		return
 	}
 	if len(c.ids) >= max(c.limit, minRecord) {
 		c.over = true
 		return
 	}
-	e.marked = true
+	e.mark = c.gen
 	c.ids = append(c.ids, e.agg.ID)
 }
 
@@ -362,22 +371,16 @@ func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 		c.ids = slices.Compact(c.ids)
 		ok = len(c.ids) <= limit
 	}
-	for _, id := range c.ids {
-		e := a.flows[id]
-		if e != nil {
-			e.marked = false
+	if ok {
+		for _, id := range c.ids {
+			if e := a.flows[id]; e != nil {
+				dst = append(dst, e.agg)
+			} else {
+				dst = append(dst, Flow{ID: id})
+			}
 		}
-		switch {
-		case !ok:
-		case e != nil:
-			dst = append(dst, e.agg)
-		default:
-			dst = append(dst, Flow{ID: id})
-		}
-	}
-	if !ok {
-		dst = dst[:0]
 	}
 	c.ids, c.left, c.over, c.limit = c.ids[:0], 0, false, max(limit, 1)
+	c.gen++
 	return dst, ok
 }

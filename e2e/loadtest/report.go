@@ -200,24 +200,28 @@ func checkTargets(cfg config, results []scenarioResult) []target {
 	applied := appliedRate
 	var out []target
 
-	t := target{name: "applied >= 0.5x raw at 1000x10"}
+	t := target{name: "applied >= 0.8x raw at 1000x10"}
 	if runs := find("1000x10"); len(runs) > 0 {
 		ratio := over(runs, appliedOfRaw)
-		t.verdict = verdict(ratio.med >= 0.5, ratio, 0.5)
+		t.verdict = verdict(ratio.med >= 0.8, ratio, 0.8)
 		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s applied vs %s/s raw", ratio.med, ratio.min, ratio.max,
 			count(over(runs, applied).med), count(over(runs, rawRate).med))
 	}
 	out = append(out, t)
 
-	t = target{name: "applied rate at 10000x10 >= 0.8x at 100x10"}
+	// NATS itself slows down with the number of subjects, so the detail
+	// gives raw's own ratio beside the worker's: the ceiling of this one.
+	t = target{name: "applied rate at 10000x10 >= 0.9x at 100x10"}
 	if big, small := find("10000x10"), find("100x10"); len(big) > 0 && len(small) > 0 {
 		b, s := over(big, applied), over(small, applied)
 		ratio := spread{med: b.med / s.med, min: b.min / s.max, max: b.max / s.min, n: min(b.n, s.n)}
-		t.verdict = verdict(ratio.med >= 0.8, ratio, 0.8)
+		t.verdict = verdict(ratio.med >= 0.9, ratio, 0.9)
 		cpu := ingestMetric(ingestResult.cpuPerReport)
 		bc, sc := over(big, cpu), over(small, cpu)
-		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; by CPU per report, %.2f vs %.2f µs = %.2fx",
-			ratio.med, ratio.min, ratio.max, count(b.med), count(s.med), bc.med, sc.med, sc.med/bc.med)
+		rb, rs := over(big, rawRate), over(small, rawRate)
+		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; raw NATS %s/s vs %s/s = %.2fx; by CPU per report, %.2f vs %.2f µs = %.2fx",
+			ratio.med, ratio.min, ratio.max, count(b.med), count(s.med), count(rb.med), count(rs.med), rb.med/rs.med,
+			bc.med, sc.med, sc.med/bc.med)
 	}
 	out = append(out, t)
 

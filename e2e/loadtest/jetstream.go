@@ -182,7 +182,7 @@ func ackedTargets(find func(string) []runResult) []target {
 		runs := find(tc.scenario)
 		if len(runs) > 0 && len(mem) > 0 {
 			js, m := over(runs, appliedRate), over(mem, appliedRate)
-			ratio := spread{med: js.med / m.med, min: js.min / m.max, max: js.max / m.min, n: min(js.n, m.n)}
+			ratio := pairedRatio(runs, mem, appliedRate)
 			p99 := over(runs, ackP99)
 			met := ratio.med >= tc.min && (tc.p99 == 0 || p99.med < tc.p99.Seconds())
 			t.verdict = verdict(met, ratio, tc.min)

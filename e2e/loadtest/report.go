@@ -137,7 +137,7 @@ func memMetric(r runResult, f func(memory) uint64) float64 {
 func printSummary(w io.Writer, cfg config, natsVersion string, results []scenarioResult, total time.Duration) {
 	fmt.Fprintf(w, "\nflowstate load test: %s, %d CPUs (%s), %s, nats-server %s\n",
 		runtime.Version(), runtime.NumCPU(), cpuModel(), runtime.GOOS+"/"+runtime.GOARCH, natsVersion)
-	fmt.Fprintf(w, "%d run(s) of %s per measurement, %d ack clients; each scenario: median, then min..max over the runs\n\n",
+	fmt.Fprintf(w, "%d run(s) of %s per measurement, interleaved round by round, %d ack clients; each scenario: median, then min..max over the runs; a ratio between two scenarios: median and range of the ratios of their runs in the same round\n\n",
 		cfg.runs, cfg.duration, cfg.ackClients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	heads := []string{"scenario"}
@@ -214,14 +214,14 @@ func checkTargets(cfg config, results []scenarioResult) []target {
 	t = target{name: "applied rate at 10000x10 >= 0.9x at 100x10"}
 	if big, small := find("10000x10"), find("100x10"); len(big) > 0 && len(small) > 0 {
 		b, s := over(big, applied), over(small, applied)
-		ratio := spread{med: b.med / s.med, min: b.min / s.max, max: b.max / s.min, n: min(b.n, s.n)}
+		ratio := pairedRatio(big, small, applied)
 		t.verdict = verdict(ratio.med >= 0.9, ratio, 0.9)
 		cpu := ingestMetric(ingestResult.cpuPerReport)
 		bc, sc := over(big, cpu), over(small, cpu)
-		rb, rs := over(big, rawRate), over(small, rawRate)
-		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; raw NATS %s/s vs %s/s = %.2fx; by CPU per report, %.2f vs %.2f µs = %.2fx",
-			ratio.med, ratio.min, ratio.max, count(b.med), count(s.med), count(rb.med), count(rs.med), rb.med/rs.med,
-			bc.med, sc.med, sc.med/bc.med)
+		raw := pairedRatio(big, small, rawRate)
+		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; raw NATS %.2fx (%.2f..%.2f): %s/s vs %s/s; by CPU per report, %.2f vs %.2f µs = %.2fx",
+			ratio.med, ratio.min, ratio.max, count(b.med), count(s.med), raw.med, raw.min, raw.max,
+			count(over(big, rawRate).med), count(over(small, rawRate).med), bc.med, sc.med, sc.med/bc.med)
 	}
 	out = append(out, t)
 

@@ -47,19 +47,21 @@ func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
 	}()
 	lt.nats, lt.natsURL = srv, url
 	lt.logf("nats-server listening on %s", url)
-	var results []scenarioResult
-	for _, sc := range lt.cfg.scenarios {
-		lt.logf("scenario %s: %d nodes x %d flows, reports of %d bytes", sc.label(lt.cfg), sc.nodes, sc.flows, loadgen.ReportSize(loadgen.Config{Nodes: sc.nodes, Flows: sc.flows}))
-		res := scenarioResult{scenario: sc}
-		for i := range lt.cfg.runs {
+	// The runs are interleaved, round by round, so that the i-th runs of
+	// two scenarios are minutes closer than a block of runs each: a ratio
+	// between scenarios (pairedRatio) then sees less of the machine's drift.
+	results := make([]scenarioResult, len(lt.cfg.scenarios))
+	for i := range lt.cfg.runs {
+		for k, sc := range lt.cfg.scenarios {
+			results[k].scenario = sc
+			lt.logf("scenario %s (round %d of %d): %d nodes x %d flows, reports of %d bytes", sc.label(lt.cfg), i+1, lt.cfg.runs,
+				sc.nodes, sc.flows, loadgen.ReportSize(loadgen.Config{Nodes: sc.nodes, Flows: sc.flows}))
 			r, err := lt.runOnce(ctx, sc, i)
 			if err != nil {
-				results = append(results, res)
 				return results, fmt.Errorf("scenario %s, run %d: %w", sc.name, i+1, err)
 			}
-			res.runs = append(res.runs, r)
+			results[k].runs = append(results[k].runs, r)
 		}
-		results = append(results, res)
 	}
 	return results, nil
 }

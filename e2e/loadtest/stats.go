@@ -28,6 +28,17 @@ func spreadOf(xs []float64) spread {
 	return spread{med: med, min: v[0], max: v[len(v)-1], n: len(v)}
 }
 
+// pairedRatio returns the spread of f(a[i]) / f(b[i]) over the rounds both
+// scenarios ran: the runs of a round are seconds apart (run interleaves
+// them), so each ratio cancels most of what the machine's load did to both.
+func pairedRatio(a, b []runResult, f func(runResult) float64) spread {
+	xs := make([]float64, min(len(a), len(b)))
+	for i := range xs {
+		xs[i] = f(a[i]) / f(b[i])
+	}
+	return spreadOf(xs)
+}
+
 // over returns the spread of f over runs.
 func over[T any](runs []T, f func(T) float64) spread {
 	xs := make([]float64, len(runs))

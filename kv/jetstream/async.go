@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -15,79 +17,269 @@ import (
 // DefaultWindow is Config.Window's default.
 const DefaultWindow = 256
 
+// errStoreClosed answers the puts in flight when the store closes.
+var errStoreClosed = errors.New("the store is closed")
+
 // asyncPuts are the store's puts in flight (PutAsync): at most Window, each
-// answered once, by the server's acknowledgement, its error, its timeout
-// (OpTimeout) or the connection's loss.
+// answered once, by the stream's acknowledgement, its error, the lack of one
+// within the timeout, the connection's loss or the store's Close.
+//
+// The puts go out on core NATS, never retried, each with a reply subject of
+// its own under one wildcard subscription: <inbox>.<slot>.<generation>. A
+// slot keeps its reply subject from one put to the next and takes a new
+// generation only when a put ends without its acknowledgement, so an
+// acknowledgement that arrives after its put was given up is recognised and
+// dropped instead of being taken for a later put's, and no subject is built
+// per put. Acknowledgements are read in place (pubAckSeq); one ticker bounds
+// every put's wait.
 type asyncPuts struct {
-	js    natsjs.JetStream // publishes with the handlers below
-	slots chan struct{}    // one token per put in flight
-	mu    sync.Mutex       // guards byMsg
-	byMsg map[*nats.Msg]*asyncPut
-	pool  sync.Pool
+	nc      *nats.Conn
+	timeout time.Duration
+	down    func(error)   // called when a put finds JetStream unavailable
+	epoch   func() string // the epoch a stored put is acknowledged in
+
+	prefix string // <inbox>.
+	sub    *nats.Subscription
+	status chan nats.Status
+	free   chan int32 // the slots not in use; a put takes one
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards slots and closed
+	slots  []putSlot
+	closed bool
+
+	expired []endedPut // the ticker's scratch
 }
 
-// asyncPut is one put in flight; its message is what nats.go hands back.
-type asyncPut struct {
-	msg  nats.Msg
+// putSlot is one place of the window.
+type putSlot struct {
+	reply    string // prefix + slot + "." + gen
+	gen      uint64
+	busy     bool
+	key      string
+	done     func(kv.Revision, error)
+	deadline time.Time
+}
+
+// endedPut is a put taken out of its slot, to be answered.
+type endedPut struct {
+	slot int32
 	key  string
 	done func(kv.Revision, error)
 }
 
-// newAsyncPuts returns the async publisher of s: no retry of a put that
-// found no responders (a retry from a timer could store it after a later
-// put), every acknowledgement awaited for at most OpTimeout.
-func newAsyncPuts(s *Store) (*asyncPuts, error) {
-	a := &asyncPuts{slots: make(chan struct{}, s.cfg.Window), byMsg: make(map[*nats.Msg]*asyncPut, s.cfg.Window)}
-	a.pool.New = func() any { return &asyncPut{} }
-	js, err := natsjs.New(s.nc,
-		// nats.go stalls a publish past this; the slots block before it.
-		natsjs.WithPublishAsyncMaxPending(s.cfg.Window+1),
-		natsjs.WithPublishAsyncTimeout(s.cfg.OpTimeout),
-		natsjs.WithPublishAsyncAckHandler(func(_ natsjs.JetStream, m *nats.Msg, ack *natsjs.PubAck) {
-			a.finish(m, kv.Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil)
-		}),
-		natsjs.WithPublishAsyncErrHandler(func(_ natsjs.JetStream, m *nats.Msg, err error) {
-			p := a.take(m)
-			if p == nil {
-				return
-			}
-			// Whatever the error (no answer in time, connection lost, no
-			// stream, an error from the server), the write is not known to
-			// be stored: the caller answers that it is unavailable.
-			if unavailable(err) || errors.Is(err, natsjs.ErrAsyncPublishTimeout) {
-				s.markDown(err)
-			}
-			a.release(p, kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, p.key, err))
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
+// newAsyncPuts subscribes to the replies of window puts on nc and starts
+// the goroutines that bound their waits; close stops them.
+func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, down func(error), epoch func() string) (*asyncPuts, error) {
+	a := &asyncPuts{
+		nc: nc, timeout: timeout, down: down, epoch: epoch,
+		prefix: nc.NewInbox() + ".",
+		free:   make(chan int32, window),
+		stop:   make(chan struct{}),
+		slots:  make([]putSlot, window),
 	}
-	a.js = js
+	for i := range a.slots {
+		a.slots[i].reply = a.replyOf(i, 0)
+		a.free <- int32(i)
+	}
+	sub, err := nc.Subscribe(a.prefix+">", a.onReply)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: subscribe to acknowledgements: %w", err)
+	}
+	a.sub = sub
+	a.status = nc.StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	a.wg.Go(a.expire)
+	a.wg.Go(a.watchStatus)
 	return a, nil
 }
 
-func (a *asyncPuts) take(m *nats.Msg) *asyncPut {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.byMsg[m]
-	delete(a.byMsg, m)
-	return p
+func (a *asyncPuts) replyOf(slot int, gen uint64) string {
+	return a.prefix + strconv.Itoa(slot) + "." + strconv.FormatUint(gen, 10)
 }
 
-func (a *asyncPuts) finish(m *nats.Msg, rev kv.Revision, err error) {
-	if p := a.take(m); p != nil {
-		a.release(p, rev, err)
+// put publishes value on subject as the put of key, answered by done. It
+// blocks while the window is full, until ctx ends; check runs once a slot
+// is free, and an error from it fails the put before it is sent. An error
+// returned means done will not be called.
+func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, check func() error, done func(kv.Revision, error)) error {
+	var slot int32
+	select {
+	case slot = <-a.free:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, ctx.Err())
+	}
+	if err := check(); err != nil {
+		a.free <- slot
+		return fmt.Errorf("%w: put %s: %v", kv.ErrUnavailable, key, err)
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.free <- slot
+		return fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, errStoreClosed)
+	}
+	p := &a.slots[slot]
+	p.busy, p.key, p.done, p.deadline = true, key, done, time.Now().Add(a.timeout)
+	reply, gen := p.reply, p.gen
+	a.mu.Unlock()
+	if err := a.nc.PublishRequest(subject, reply, value); err != nil {
+		if _, d := a.take(slot, gen, true); d == nil {
+			return nil // answered meanwhile (the connection was lost)
+		}
+		a.free <- slot
+		return err
+	}
+	return nil
+}
+
+// take ends the put in slot if it is still the one of generation gen, and
+// returns its key and done; done is nil if it had ended already. With renew,
+// the slot takes a new generation: its put may still be acknowledged.
+func (a *asyncPuts) take(slot int32, gen uint64, renew bool) (string, func(kv.Revision, error)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if slot < 0 || int(slot) >= len(a.slots) {
+		return "", nil
+	}
+	p := &a.slots[slot]
+	if !p.busy || p.gen != gen {
+		return "", nil
+	}
+	key, done := p.key, p.done
+	a.endLocked(slot, renew)
+	return key, done
+}
+
+func (a *asyncPuts) endLocked(slot int32, renew bool) {
+	p := &a.slots[slot]
+	p.busy, p.key, p.done = false, "", nil
+	if renew {
+		p.gen++
+		p.reply = a.replyOf(int(slot), p.gen)
 	}
 }
 
-// release frees p's slot and answers it.
-func (a *asyncPuts) release(p *asyncPut, rev kv.Revision, err error) {
-	done := p.done
-	p.done, p.msg.Data, p.key = nil, nil, ""
-	a.pool.Put(p)
-	<-a.slots
-	done(rev, err)
+// onReply answers the put that m acknowledges.
+func (a *asyncPuts) onReply(m *nats.Msg) {
+	slot, gen, ok := parseReply(m.Subject, a.prefix)
+	if !ok {
+		return
+	}
+	key, done := a.take(slot, gen, false)
+	if done == nil {
+		return // given up already
+	}
+	a.free <- slot
+	seq, err := pubAckSeq(m)
+	if err != nil {
+		// Whatever the error (no stream, an error from the server), the
+		// write is not stored: the caller answers that it is unavailable.
+		if unavailable(err) {
+			a.down(err)
+		}
+		done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, err))
+		return
+	}
+	done(kv.Revision{Epoch: a.epoch(), Seq: seq}, nil)
+}
+
+// parseReply returns the slot and generation of a reply subject.
+func parseReply(subject, prefix string) (int32, uint64, bool) {
+	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
+		return 0, 0, false
+	}
+	rest := subject[len(prefix):]
+	for i := range len(rest) {
+		if rest[i] != '.' {
+			continue
+		}
+		slot, err1 := strconv.ParseUint(rest[:i], 10, 31)
+		gen, err2 := strconv.ParseUint(rest[i+1:], 10, 64)
+		return int32(slot), gen, err1 == nil && err2 == nil
+	}
+	return 0, 0, false
+}
+
+// expire fails the puts whose acknowledgement is late, until close.
+func (a *asyncPuts) expire() {
+	t := time.NewTicker(max(a.timeout/8, 5*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case now := <-t.C:
+			a.expired = a.endAll(a.expired[:0], func(p *putSlot) bool { return p.deadline.Before(now) })
+			a.fail(a.expired, natsjs.ErrAsyncPublishTimeout, true)
+		}
+	}
+}
+
+// watchStatus fails every put in flight when the connection is lost: their
+// acknowledgements, if any, went to the connection that is gone.
+func (a *asyncPuts) watchStatus() {
+	for {
+		select {
+		case <-a.stop:
+			return
+		case st, ok := <-a.status:
+			if !ok {
+				return
+			}
+			cause := nats.ErrDisconnected
+			if st == nats.CLOSED {
+				cause = nats.ErrConnectionClosed
+			}
+			a.fail(a.endAll(nil, func(*putSlot) bool { return true }), cause, true)
+		}
+	}
+}
+
+// endAll ends the puts in flight that match, renewing their slots, and
+// appends them to dst.
+func (a *asyncPuts) endAll(dst []endedPut, match func(*putSlot) bool) []endedPut {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.slots {
+		p := &a.slots[i]
+		if p.busy && match(p) {
+			dst = append(dst, endedPut{slot: int32(i), key: p.key, done: p.done})
+			a.endLocked(int32(i), true)
+		}
+	}
+	return dst
+}
+
+// fail answers ended puts with cause, marking JetStream down if asked.
+func (a *asyncPuts) fail(ended []endedPut, cause error, down bool) {
+	if len(ended) == 0 {
+		return
+	}
+	if down {
+		a.down(cause)
+	}
+	for i, e := range ended {
+		a.free <- e.slot
+		e.done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, e.key, cause))
+		ended[i] = endedPut{}
+	}
+}
+
+// close stops the goroutines and answers the puts still in flight.
+func (a *asyncPuts) close() {
+	a.mu.Lock()
+	closed := a.closed
+	a.closed = true
+	a.mu.Unlock()
+	if closed {
+		return
+	}
+	close(a.stop)
+	a.nc.RemoveStatusListener(a.status)
+	_ = a.sub.Unsubscribe()
+	a.wg.Wait()
+	a.fail(a.endAll(nil, func(*putSlot) bool { return true }), errStoreClosed, false)
 }
 
 // PutAsync implements flowstate.AsyncPutter: it publishes a put of key to
@@ -104,36 +296,12 @@ func (s *Store) PutAsync(ctx context.Context, key string, value []byte, done fun
 	if key == s.cfg.EpochKey || key == s.cfg.ProbeKey {
 		return fmt.Errorf("jetstream: put %s: the key is reserved by the store", key)
 	}
-	a := s.async
-	select {
-	case a.slots <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, ctx.Err())
-	}
-	if err := s.writable(); err != nil {
-		<-a.slots
-		return fmt.Errorf("%w: put %s: %v", kv.ErrUnavailable, key, err)
-	}
-	p := a.pool.Get().(*asyncPut)
-	// nats.go copies the data into its buffer as it publishes; the header
-	// stays empty, so that the client adds nothing per put.
-	p.msg = nats.Msg{Subject: s.subject(key), Data: value}
-	p.key, p.done = key, done
-	a.mu.Lock()
-	a.byMsg[&p.msg] = p
-	a.mu.Unlock()
-	if _, err := a.js.PublishMsgAsync(&p.msg, natsjs.WithRetryAttempts(0)); err != nil {
-		if a.take(&p.msg) == nil {
-			return nil // already answered by a handler
-		}
-		p.done, p.msg.Data = nil, nil
-		a.pool.Put(p)
-		<-a.slots
+	err := s.async.put(ctx, s.subject(key), key, value, s.writable, done)
+	if err != nil && !errors.Is(err, kv.ErrUnavailable) {
 		err = s.wrap("put "+key, err)
 		if errors.Is(err, kv.ErrUnavailable) {
 			s.markDown(err)
 		}
-		return err
 	}
-	return nil
+	return err
 }

@@ -41,14 +41,19 @@
 //
 // Writes in flight: PutAsync (flowstate.AsyncPutter) publishes a put
 // without waiting, up to Window at once, and answers each with the
-// stream's acknowledgement or an error within OpTimeout. It never retries
-// (nats.go's retry of a "no responders" publish, from a timer, could store
-// a put after a later one of the same key) and sends nothing while the
+// stream's acknowledgement or an error within OpTimeout. The puts go out
+// on core NATS with a reply subject per slot of the window under one
+// subscription, and the acknowledgements are read in place; a slot takes a
+// new reply subject only after a put that ended unacknowledged, so a late
+// acknowledgement is never taken for a later put's. It never retries (a
+// retry of a "no responders" publish, from a timer, could store a put
+// after a later one of the same key) and sends nothing while the
 // connection is not up or a probe has not found JetStream back. A put in
-// flight when the connection drops is answered with an error wrapping
-// kv.ErrUnavailable; nats.go may still flush it from its reconnect buffer
-// once reconnected, so such a write's outcome is unknown, not "not
-// stored".
+// flight when the connection drops, or when the store closes, is answered
+// with an error wrapping kv.ErrUnavailable at once. Such a write's outcome
+// is unknown, not "not stored": the stream may have taken it. On a
+// connection with a reconnect buffer (the worker's store connection has
+// none), nats.go may also flush a put from the buffer once reconnected.
 //
 // Cost, measured on a 2-core VM that also ran the server, the load and
 // other jobs (README, Backends): one worker with a window of 256 acks

@@ -121,6 +121,7 @@ func unavailable(err error) bool {
 		nats.ErrConnectionDraining,
 		nats.ErrConnectionReconnecting,
 		nats.ErrDisconnected,
+		nats.ErrReconnectBufExceeded, // publishing while reconnecting, without a buffer
 		natsjs.ErrNoStreamResponse,
 		natsjs.ErrStreamNotFound,
 		natsjs.ErrBucketNotFound,

@@ -85,7 +85,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		prefix: "$KV." + cfg.Bucket + ".",
 		stop:   make(chan struct{}),
 	}
-	if s.async, err = newAsyncPuts(s); err != nil {
+	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, s.markDown, s.lastEpoch); err != nil {
 		return nil, err
 	}
 	for {
@@ -103,6 +103,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		}
 	}
 	if err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -111,8 +112,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 // Bucket returns the bucket's name.
 func (s *Store) Bucket() string { return s.cfg.Bucket }
 
-// Close stops the store's background probe. The bucket and the connection
-// are left as they are.
+// Close stops the store's background probe and answers the puts still in
+// flight as unavailable. The bucket and the connection are left as they
+// are.
 func (s *Store) Close() {
 	s.probeMu.Lock()
 	if !s.closed {
@@ -121,6 +123,7 @@ func (s *Store) Close() {
 	}
 	s.probeMu.Unlock()
 	s.wg.Wait()
+	s.async.close()
 }
 
 // ensureBucket opens the bucket, creating it if it is missing, and checks

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"flowstate/kv"
 )
 
 // RequiredServerVersion is the oldest nats-server whose stream leaders
@@ -82,17 +84,21 @@ func majorMinor(v string) (major, minor int, ok bool) {
 //     fence refuses it; one that ignores it stores it.
 //
 // The epoch key may change between the read and the write (another worker
-// clears the bucket), so a refused first write is tried again.
+// clears the bucket), so a refused first write is tried again. Its sequence
+// number is read from the leader: a get may be answered by a follower that
+// has not applied the epoch key's last write yet (seen right after a purge,
+// on an R3 bucket: the worker had just created the key and was told it was
+// not there).
 func (s *Store) checkFencing(ctx context.Context) error {
 	for range 3 {
 		if _, err := s.Epoch(ctx); err != nil {
 			return err
 		}
-		epoch, err := s.Get(ctx, s.cfg.EpochKey)
+		seq, err := s.leaderSeqOf(ctx, s.cfg.EpochKey)
 		if err != nil {
 			return err
 		}
-		ack, err := s.fencedProbe(ctx, epoch.Revision)
+		ack, err := s.fencedProbe(ctx, seq)
 		if isWrongLastSequence(err) {
 			continue
 		}
@@ -124,4 +130,21 @@ func (s *Store) fencedProbe(ctx context.Context, seq uint64) (*natsjs.PubAck, er
 		return nil, s.wrap("probe fenced writes", err)
 	}
 	return ack, err
+}
+
+// leaderSeqOf returns the sequence number of key's last write as the
+// stream's leader has it (Get may be answered by a follower). A key that is
+// not there (the bucket was wiped meanwhile) is an error wrapping
+// kv.ErrUnavailable, so that Open tries again.
+func (s *Store) leaderSeqOf(ctx context.Context, key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	defer cancel()
+	m, err := s.legacy.GetLastMsg(s.stream, s.subject(key), nats.Context(ctx))
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return 0, fmt.Errorf("%w: %s is gone: the bucket was wiped", kv.ErrUnavailable, key)
+	}
+	if err != nil {
+		return 0, s.wrap("read "+key, err)
+	}
+	return m.Sequence, nil
 }

@@ -3,8 +3,40 @@ package jetstream
 import (
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"flowstate/internal/natstest"
+	"flowstate/kv"
 )
+
+// TestLeaderSeqOfReadsTheLeaderAndSaysWhenTheKeyIsGone checks the read
+// that checkFencing fences its probe on: the epoch key's sequence as the
+// leader has it, and a wiped bucket as a reason to try again rather than a
+// failure.
+func TestLeaderSeqOfReadsTheLeaderAndSaysWhenTheKeyIsGone(t *testing.T) {
+	srv := natstest.Start(t, &server.Options{JetStream: true})
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	st, err := Open(t.Context(), nc, Config{Bucket: "leader_seq"})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+
+	ep, err := st.currentEpoch(t.Context())
+	require.NoError(t, err)
+	seq, err := st.leaderSeqOf(t.Context(), st.cfg.EpochKey)
+	require.NoError(t, err)
+	assert.Equal(t, ep.seq, seq)
+
+	require.NoError(t, st.handles().stream.Purge(t.Context()))
+	_, err = st.leaderSeqOf(t.Context(), st.cfg.EpochKey)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	assert.ErrorContains(t, err, "wiped")
+	require.NoError(t, st.checkFencing(t.Context()), "a new epoch key is made and fenced on")
+}
 
 func TestMajorMinor(t *testing.T) {
 	for _, tc := range []struct {

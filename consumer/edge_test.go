@@ -38,7 +38,7 @@ func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
 	assert.Equal(t, string(before), string(after))
 	assert.Equal(t, revBefore, revAfter)
 	assert.EqualValues(t, 1, f.worker.Stats().RejectedByReason["capacity"])
-	lines := logs.lines(t, "report rejected")
+	lines := logs.waitLines(t, "report rejected", 1)
 	require.Len(t, lines, 1)
 	assert.Equal(t, subject(9), lines[0]["subject"])
 	assert.EqualValues(t, 9, lines[0]["node_id"])
@@ -156,7 +156,7 @@ func TestLongSubjectTokensAreCutInRepliesAndLogs(t *testing.T) {
 	assert.Contains(t, reason, strings.Repeat("7", 64)+"…")
 	assert.NotContains(t, reason, strings.Repeat("7", 65))
 
-	lines := logs.lines(t, "report rejected")
+	lines := logs.waitLines(t, "report rejected", 1)
 	require.Len(t, lines, 1)
 	assert.Equal(t, "flow.heartbeat."+strings.Repeat("7", 64)+"…", lines[0]["subject"])
 	assert.NotContains(t, lines[0]["err"], strings.Repeat("7", 65))

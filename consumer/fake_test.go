@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
@@ -76,14 +77,42 @@ func startWorkerOn(tb testing.TB, srv *server.Server, state consumer.State, cfg 
 
 // logSink collects a logger's lines as JSON objects.
 type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	wrote chan struct{} // closed, and replaced, by every write
 }
 
 func (l *logSink) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.wrote != nil {
+		close(l.wrote)
+	}
+	l.wrote = make(chan struct{})
 	return l.buf.Write(p)
+}
+
+// waitLines returns the lines whose message is msg once there are at least
+// n: a worker answers a request before it logs what happened.
+func (l *logSink) waitLines(tb testing.TB, msg string, n int) []map[string]any {
+	tb.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		l.mu.Lock()
+		if l.wrote == nil {
+			l.wrote = make(chan struct{})
+		}
+		wrote := l.wrote
+		l.mu.Unlock()
+		if lines := l.lines(tb, msg); len(lines) >= n {
+			return lines
+		}
+		select {
+		case <-wrote:
+		case <-deadline:
+			tb.Fatalf("fewer than %d %q lines logged within 5 s", n, msg)
+		}
+	}
 }
 
 func (l *logSink) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }

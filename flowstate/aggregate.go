@@ -47,7 +47,7 @@ type aggFlow struct {
 	agg      Flow
 	contribs []contrib
 	large    bool
-	mark     uint64 // recorded in changes if equal to changes.gen
+	mark     uint32 // recorded in changes if equal to changes.gen
 	first    [1]contrib
 	heaps    [numFields][]int32 // indexes into contribs; maintained when large
 }
@@ -76,13 +76,14 @@ var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
 //
 // An entry is marked as recorded by its mark equal to gen; a take or a reset
 // unmarks every entry at once by moving gen on, so a resync (most flows
-// changed) costs nothing per flow.
+// changed) costs nothing per flow. The mark is 32 bits so that an entry
+// stays 208 bytes, within the allocator's size class.
 type changeLog struct {
 	ids   []FlowID // may hold an id twice (a flow that left and came back)
 	left  int      // flows that left since the last take: ids holds at most left duplicates
 	over  bool     // more changed than limit
 	limit int      // the limit of the last take; 0 before the first
-	gen   uint64   // the current mark; never 0, the mark of an entry never recorded
+	gen   uint32   // the current mark; never 0, the mark of an entry never recorded
 }
 
 // NewAggregate returns an empty aggregate.
@@ -211,7 +212,20 @@ func (a *Aggregate) Reset() {
 	a.changes.ids = a.changes.ids[:0]
 	a.changes.left = 0
 	a.changes.over = false
-	a.changes.gen++
+	a.nextGen()
+}
+
+// nextGen unmarks every entry by moving the change log's generation on.
+// Once in 2^32 takes the generation wraps, and the marks are cleared one by
+// one, so that a mark left from 2^32 takes ago never counts as recorded.
+func (a *Aggregate) nextGen() {
+	if a.changes.gen++; a.changes.gen != 0 {
+		return
+	}
+	for _, e := range a.flows {
+		e.mark = 0
+	}
+	a.changes.gen = 1
 }
 
 // AppendFlows appends the aggregate to dst, sorted by ID. The order is
@@ -381,6 +395,6 @@ func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 		}
 	}
 	c.ids, c.left, c.over, c.limit = c.ids[:0], 0, false, max(limit, 1)
-	c.gen++
+	a.nextGen()
 	return dst, ok
 }

@@ -44,8 +44,12 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// String returns everything written so far.
+// String returns everything written so far; on a nil buffer (a process
+// whose output a test reads itself) it says so.
 func (b *logBuffer) String() string {
+	if b == nil {
+		return "(not captured: the test reads this output itself)"
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

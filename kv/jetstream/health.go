@@ -110,6 +110,12 @@ func (s *Store) wrap(what string, err error) error {
 	return fmt.Errorf("jetstream: %s: %w", what, err)
 }
 
+// errCodeNoPeers is the server's "no suitable peers for placement": a
+// stream of R replicas cannot be placed while fewer than R servers are up,
+// as while a cluster starts or loses servers. It comes with code 400, but
+// goes away by itself.
+const errCodeNoPeers natsjs.ErrorCode = 10005
+
 // unavailable reports whether err means that JetStream could not take the
 // request now, rather than that the request was wrong.
 func unavailable(err error) bool {
@@ -133,7 +139,7 @@ func unavailable(err error) bool {
 		}
 	}
 	var apiErr *natsjs.APIError
-	return errors.As(err, &apiErr) && apiErr.Code >= 500
+	return errors.As(err, &apiErr) && (apiErr.Code >= 500 || apiErr.ErrorCode == errCodeNoPeers)
 }
 
 // isWrongLastSequence reports whether err is JetStream's refusal of a

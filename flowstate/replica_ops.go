@@ -268,6 +268,14 @@ func (r *Replica) Sync(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("flowstate: sync: %w", err)
 	}
+	r.mu.Lock()
+	epoch := r.epoch
+	r.mu.Unlock()
+	if last.Epoch != "" && epoch != "" && last.Epoch != epoch {
+		// The store started over and the watch has not told us yet: the
+		// state of the old epoch may differ from another worker's.
+		return fmt.Errorf("flowstate: sync: the store is in epoch %s, the state still in %s: %w", last.Epoch, epoch, kv.ErrUnavailable)
+	}
 	return r.await(ctx, func() bool { return r.servedLocked(last.Seq) })
 }
 

@@ -408,3 +408,27 @@ func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
 		assert.ErrorIs(t, err, kv.ErrNotFound)
 	})
 }
+
+// TestReplicaBarrierRefusesAWipedEpochUntilTheWatchSaysSo: a store cleared
+// while this replica's watch has not delivered the clear yet must not let a
+// read barrier pass on the old epoch's state (after a purge, the workers'
+// old states may differ: a purge drops writes that some watches had read).
+func TestReplicaBarrierRefusesAWipedEpochUntilTheWatchSaysSo(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, flowstate.ReplicaOptions{})
+	fmerge(t, w.mgr, 1, value(nil, map[flowstate.FlowID]int64{1: 10}, nil))
+	_, before := w.synced(t)
+
+	mem.StallWatches()
+	require.NoError(t, mem.Clear(t.Context()))
+	err := w.mgr.Sync(t.Context())
+	require.ErrorIs(t, err, kv.ErrUnavailable, "the store is in another epoch")
+	_, still := fget(t, w.mgr)
+	assert.Equal(t, before, still, "the replica has not seen the clear")
+
+	mem.ResumeWatches()
+	require.Eventually(t, func() bool { return w.mgr.Sync(t.Context()) == nil }, followWait, time.Millisecond)
+	got, after := fget(t, w.mgr)
+	assert.NotEqual(t, before.Epoch, after.Epoch)
+	assert.Empty(t, got.Flows())
+}

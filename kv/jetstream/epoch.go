@@ -58,6 +58,14 @@ func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
+	// The epoch key is written once per epoch and kept (History 1, no
+	// TTL), so the stream's first message is at or before it until the
+	// bucket is wiped: a barrier then must not pass on the old epoch's
+	// state, which the workers' watches may have read in part (a purge
+	// drops writes that some watches had delivered and others had not).
+	if e := s.epoch.Load(); e != nil && e.seq > 0 && (info.State.Msgs == 0 || info.State.FirstSeq > e.seq) {
+		return kv.Revision{}, fmt.Errorf("%w: last revision: the key of epoch %s is gone: the bucket was wiped", kv.ErrUnavailable, e.name)
+	}
 	rev := kv.Revision{Epoch: s.lastEpoch()}
 	if info.State.Msgs > 0 {
 		rev.Seq = info.State.LastSeq

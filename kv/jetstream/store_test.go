@@ -224,3 +224,31 @@ func cutLast(s, sep string) (string, string, bool) {
 	}
 	return s, "", false
 }
+
+// TestJetStreamLastRevisionRefusesAWipedEpoch: once the bucket is purged,
+// the read barrier's revision is refused until the store is in the new
+// epoch, so that no worker serves what its watch had read of the old one.
+func TestJetStreamLastRevisionRefusesAWipedEpoch(t *testing.T) {
+	nc := connectTo(t, startJetStream(t))
+	st := openStore(t, nc, jetstream.Config{ProbeInterval: time.Hour})
+	_, err := st.Put(t.Context(), "k", []byte("v"))
+	require.NoError(t, err)
+	before, err := st.LastRevision(t.Context())
+	require.NoError(t, err)
+
+	js, err := jetstreamFor(nc)
+	require.NoError(t, err)
+	stream, err := js.Stream(t.Context(), "KV_"+st.Bucket())
+	require.NoError(t, err)
+	require.NoError(t, stream.Purge(t.Context()))
+	_, err = st.LastRevision(t.Context())
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	assert.ErrorContains(t, err, "wiped")
+
+	epoch, err := st.Epoch(t.Context())
+	require.NoError(t, err)
+	after, err := st.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, epoch, after.Epoch)
+	assert.NotEqual(t, before.Epoch, after.Epoch)
+}

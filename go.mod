@@ -1,4 +1,4 @@
-module flowstate
+module github.com/flowstate-io/flowstate
 
 go 1.26.8
 

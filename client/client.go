@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/flowstate"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // DefaultPrefix is the subject prefix of Options, as the worker's default.

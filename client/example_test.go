@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/client"
-	"flowstate/consumer"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // demo starts an embedded NATS server and an in-process worker for the

@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/client"
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // waitTimeout bounds every wait of the tests.

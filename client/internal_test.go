@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"testing"
 
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/protocol"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // Report is a flownode's heartbeat report. It replaces the node's previous

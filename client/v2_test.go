@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/client"
-	"flowstate/codec"
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // startSmallServer runs an embedded server whose max payload is 4 KB.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // deltaQueue bounds the deltas waiting while the loop body runs; past it

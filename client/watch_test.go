@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/client"
-	"flowstate/consumer"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // watcher ranges over a Watch in a goroutine.

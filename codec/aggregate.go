@@ -1,6 +1,6 @@
 package codec
 
-import "flowstate/flowstate"
+import "github.com/flowstate-io/flowstate/flowstate"
 
 // AppendAggregate appends the msgpack form of the aggregate, given as flows
 // sorted by ID, to dst: a map with the string keys state_size,

@@ -1,6 +1,6 @@
 package codec
 
-import "flowstate/flowstate"
+import "github.com/flowstate-io/flowstate/flowstate"
 
 // The appenders below write every integer in its shortest msgpack form, as
 // msgpack/v5's Encoder.EncodeUint and EncodeInt do: a fixint when it fits,

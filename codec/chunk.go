@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // ErrChunkBudget is returned by SplitAggregate when the budget cannot hold

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // Decoder decodes heartbeat reports. Its zero value is ready to use, with no

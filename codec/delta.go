@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // ErrInvalidDelta is wrapped by every error of DecodeDelta.

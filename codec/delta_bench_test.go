@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 func BenchmarkAppendDelta(b *testing.B) {

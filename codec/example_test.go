@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 func ExampleDecoder_Decode() {

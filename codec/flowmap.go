@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // fieldBits are the Has bits of the three maps.

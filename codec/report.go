@@ -1,6 +1,6 @@
 package codec
 
-import "flowstate/flowstate"
+import "github.com/flowstate-io/flowstate/flowstate"
 
 // MaxDepth is the deepest nesting a body may have, counting its top-level
 // map as level 1. Unknown fields may hold anything up to that depth.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // scratchBytes is the memory that d's scratch buffers hold.

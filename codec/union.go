@@ -3,7 +3,7 @@ package codec
 import (
 	"slices"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // entry is one flow of one map, its value as read (a time's two's

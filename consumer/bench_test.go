@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // BenchmarkGet measures a get's round trip through an embedded server with

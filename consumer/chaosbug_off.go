@@ -2,7 +2,7 @@
 
 package consumer
 
-import "flowstate/flowstate"
+import "github.com/flowstate-io/flowstate/flowstate"
 
 // chaosAck returns the version an ack names: the result's. Only a worker
 // built with the chaosbug tag (the robustness test's broken worker, see

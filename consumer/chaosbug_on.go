@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // A deliberately broken worker for e2e/chaos, which proves that its

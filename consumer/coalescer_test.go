@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/protocol"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

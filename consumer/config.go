@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // Defaults of Config, as PROTOCOL.md's command line sets them.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // BenchmarkDeltaBytes compares the bodies of one update interval as the

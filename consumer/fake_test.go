@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // fakeState is a Manager whose methods a test may replace, to make the

@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
-	"flowstate/kv"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // handleGet answers a get with the aggregate, msgpack unless the request

@@ -5,8 +5,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/flowstate"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // versionHeader returns the headers that name a state version.

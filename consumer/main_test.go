@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"flowstate/codec"
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/internal/natstest"
-	"flowstate/kv"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 func TestMain(m *testing.M) {

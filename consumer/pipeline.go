@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // pipelined is a State that takes a report without waiting for it to be

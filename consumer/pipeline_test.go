@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // These tests run the worker on a Replica of the shared in-memory store:

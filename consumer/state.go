@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // State is what the Worker needs of the flow state: the few methods it

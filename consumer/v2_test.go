@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/codec"
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // applyDelta applies a delta's flows to state, a map of flows by id.

@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
-	"flowstate/internal/throttle"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/throttle"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // errorLevel is the level of failures that need an operator.

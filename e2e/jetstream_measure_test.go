@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 // TestJetStreamGetAfterAckSeesTheReport acks reports on three workers and

@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"flowstate/internal/binaries"
+	"github.com/flowstate-io/flowstate/internal/binaries"
 )
 
 // bin holds the paths of the binaries TestMain builds.

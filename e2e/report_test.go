@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // flowState is the seed's FlowStateValue: a report's content or the

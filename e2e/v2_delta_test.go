@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	fsclient "flowstate/client"
-	"flowstate/codec"
-	"flowstate/flowstate"
+	fsclient "github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // Header names of PROTOCOL.md v2.

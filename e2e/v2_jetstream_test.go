@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	fsclient "flowstate/client"
-	"flowstate/codec"
+	fsclient "github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/codec"
 )
 
 // TestJetStreamWatchFollowsDeltasAcrossAPublisherChange watches three

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // BenchmarkAggregateShared measures one report of 10,000 flows when nodes

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"flowstate/flowstate"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // The sizes of BenchmarkMerge: nodes, and flows per node. Each node owns

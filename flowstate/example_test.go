@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"flowstate/flowstate"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 func ExampleManager() {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // FuzzDecodeValue checks that DecodeValue never panics, that every error it

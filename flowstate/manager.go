@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // ErrStoreCleared is returned by Merge, Put and Flush when the store was

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // NodeInfo describes one node whose report is part of the aggregate.

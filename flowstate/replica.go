@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"flowstate/kv"
-	"flowstate/lease"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/lease"
 )
 
 // PublisherKey holds the publisher lease: the id of the worker that holds it.

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // apply is the watch's callback: it applies one event. The lease sees the

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // BenchmarkReplicaApply measures the watch's apply path in steady state,

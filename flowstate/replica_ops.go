@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"flowstate/kv"
-	"flowstate/lease"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/lease"
 )
 
 // The operations of a Replica, the same as a Manager's where they mean the

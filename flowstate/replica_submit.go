@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"sync"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // DefaultWindow is ReplicaOptions.Window's default.

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/flowstate"
-	"flowstate/internal/natstest"
-	"flowstate/kv"
-	"flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
 )
 
 // These tests run Replicas, as workers do, on each shared store: the

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // FuzzAppendValueFlows checks that AppendValueFlows never panics, that its

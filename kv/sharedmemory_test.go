@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/kv"
-	"flowstate/kv/kvtest"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv/kvtest"
 )
 
 func TestSharedMemory(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // DefaultTTL is Config.TTL's default.

@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/kv"
-	"flowstate/lease"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/lease"
 )
 
 // These tests drive leases by hand: a fake clock per holder, Tick called

@@ -5,7 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 func TestSubjectsOfPrefix(t *testing.T) {

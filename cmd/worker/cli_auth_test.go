@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/internal/natstest"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // TestSubcommandsAuthenticateFromTheEnvironment runs send and get against a

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 // runBench is `worker bench`: simulated flownodes against a worker, driven

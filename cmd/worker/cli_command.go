@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/client"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // defaultCLIURL is where the subcommands find NATS by default.

@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // humanSize writes a byte count in binary units: "512 B", "1.5 KiB".

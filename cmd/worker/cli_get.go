@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"flowstate/client"
+	"github.com/flowstate-io/flowstate/client"
 )
 
 // runGet is `worker get`: it prints the current aggregate.

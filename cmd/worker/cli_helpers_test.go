@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/client"
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/internal/natstest"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // cliWait bounds every wait of the subcommand tests.

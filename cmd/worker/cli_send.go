@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"flowstate/client"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // runSend is `worker send`: one heartbeat report, as a flownode sends it.

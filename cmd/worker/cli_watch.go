@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"flowstate/client"
+	"github.com/flowstate-io/flowstate/client"
 )
 
 // watchTimeFormat is RFC 3339 in UTC with milliseconds.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/consumer"
+	"github.com/flowstate-io/flowstate/consumer"
 )
 
 func TestWatchChangesPrintsOnlyTheFlowsThatChanged(t *testing.T) {

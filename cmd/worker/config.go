@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv/jetstream"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // Config is the worker's configuration: PROTOCOL.md's command line.

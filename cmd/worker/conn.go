@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/internal/throttle"
+	"github.com/flowstate-io/flowstate/internal/throttle"
 )
 
 // natsConn is the worker's connection and what its handlers tell.

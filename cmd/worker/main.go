@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv"
-	"flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

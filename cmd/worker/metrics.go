@@ -4,9 +4,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
 )
 
 // statsCollector exposes a worker's counters and its connection's state as

@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // maxMetricsFlows bounds --metrics-flows, and with it the label set of the

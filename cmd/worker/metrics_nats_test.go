@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 )
 
 // A server drops a client as a slow consumer without a word: the client

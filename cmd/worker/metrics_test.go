@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
-	"flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 )
 
 // startMain opens a worker with args and runs its group; stop (also run

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"flowstate/internal/throttle"
+	"github.com/flowstate-io/flowstate/internal/throttle"
 )
 
 // embeddedMaxPayload is the max payload of the embedded server.

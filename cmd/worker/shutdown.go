@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flowstate/kv/jetstream"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/flowstate-io/flowstate/kv/jetstream"
 )
 
 // The parts stop in this order (the reverse of their start), within

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/kv"
-	"flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
 )
 
 // jetStreamStartTimeout bounds the wait for JetStream at start-up.

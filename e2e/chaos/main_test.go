@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"flowstate/internal/binaries"
+	"github.com/flowstate-io/flowstate/internal/binaries"
 )
 
 // bin holds the programs TestMain builds: the worker, nats-server, and the

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 const (

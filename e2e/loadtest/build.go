@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"flowstate/internal/binaries"
+	"github.com/flowstate-io/flowstate/internal/binaries"
 )
 
 // prepareBinaries returns the binaries of binDir, or builds them into a

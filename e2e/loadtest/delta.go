@@ -15,9 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/client"
-	"flowstate/internal/loadgen"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // deltaRate is the reports per second of the delta scenario: 10 nodes per

@@ -25,9 +25,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/client"
-	"flowstate/internal/loadgen"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // followChildArg is the first argument of a follower child.

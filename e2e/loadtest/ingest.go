@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/client"
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 // ingestOptions configure one measurement of the worker.

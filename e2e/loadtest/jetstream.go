@@ -17,7 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 // backend is where an acked scenario's state lives.

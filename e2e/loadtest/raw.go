@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/consumer"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // rawResult is the ceiling of NATS itself: the same reports to a subscriber

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"flowstate/internal/latency"
+	"github.com/flowstate-io/flowstate/internal/latency"
 )
 
 // column is one column of the summary: a metric of a run, NaN when the run

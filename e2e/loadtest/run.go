@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"flowstate/internal/binaries"
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/binaries"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 // loadTest runs the scenarios against one nats-server.

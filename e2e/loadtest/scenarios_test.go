@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/internal/latency"
-	"flowstate/internal/loadgen"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/internal/latency"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 func TestPendingScenariosRunOnlyWhenNamed(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/internal/latency"
-	"flowstate/internal/loadgen"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/internal/latency"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // requestTimeout bounds one get of a side client.

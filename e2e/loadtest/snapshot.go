@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"flowstate/client"
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 var snapshotScenario = scenario{name: "snapshot", kind: kindSnapshot, nodes: 100, flows: 10000,

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"flowstate/internal/latency"
+	"github.com/flowstate-io/flowstate/internal/latency"
 )
 
 // durations are the recorded values: acks from 50 µs to about 60 ms.

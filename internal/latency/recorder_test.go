@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/internal/latency"
+	"github.com/flowstate-io/flowstate/internal/latency"
 )
 
 func TestEmptyRecorderSaysZero(t *testing.T) {

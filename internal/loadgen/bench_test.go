@@ -5,10 +5,10 @@ import (
 	"strconv"
 	"testing"
 
-	"flowstate/codec"
-	"flowstate/flowstate"
-	"flowstate/internal/loadgen"
-	"flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 )
 
 // BenchmarkPublish is the generator's cost per published report against a

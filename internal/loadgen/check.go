@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
-	"flowstate/client"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // maxDiffLines bounds Check.Diff.

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // Mode is how reports are sent.

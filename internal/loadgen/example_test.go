@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
 // exampleConn stands for the caller's connection to a NATS server a worker

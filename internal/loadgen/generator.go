@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"flowstate/internal/latency"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/internal/latency"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // ErrRejected is wrapped by the error of a request the worker answered with

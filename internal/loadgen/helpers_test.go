@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"flowstate/consumer"
-	"flowstate/flowstate"
-	"flowstate/internal/natstest"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // waitTimeout bounds every wait of the tests.

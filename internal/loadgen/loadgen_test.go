@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/client"
-	"flowstate/flowstate"
-	"flowstate/internal/loadgen"
-	"flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 )
 
 func TestAckedLoadEndsOnEachNodesLastAcknowledgedReport(t *testing.T) {

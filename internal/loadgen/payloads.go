@@ -1,8 +1,8 @@
 package loadgen
 
 import (
-	"flowstate/codec"
-	"flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // Rounds is how many different reports each node cycles through: report r

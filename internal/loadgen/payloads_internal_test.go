@@ -5,8 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"flowstate/codec"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 func TestReportsEncodedAheadEqualThoseEncodedAsSent(t *testing.T) {

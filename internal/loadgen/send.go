@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"flowstate/codec"
+	"github.com/flowstate-io/flowstate/codec"
 )
 
 // lane sends, in Acked mode, the reports of nodes lane, lane+lanes, ... in

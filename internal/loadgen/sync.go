@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"flowstate/codec"
-	"flowstate/protocol"
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // WarmUp publishes one report of every node, fire and forget whatever the

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/internal/natstest"
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 func TestPubAckSeqReadsAcknowledgementsAndErrors(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // Epoch implements Store: it reads the epoch key, and creates it with a new

@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/internal/natstest"
-	"flowstate/kv"
-	"flowstate/kv/jetstream"
-	"flowstate/kv/kvtest"
+	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/kv/kvtest"
 )
 
 // wait bounds every wait of these tests.

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // errStartOver ends one pass of a watch that must start over.

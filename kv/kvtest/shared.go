@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // prefix is where the shared suite writes: a store may deliver keys of its

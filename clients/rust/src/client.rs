@@ -11,10 +11,18 @@ use crate::report::Report;
 use crate::value::Version;
 
 /// The worker's default subject prefix (`--prefix`).
+///
+/// ```
+/// assert_eq!(flowstate_client::Options::default().prefix, flowstate_client::DEFAULT_PREFIX);
+/// ```
 pub const DEFAULT_PREFIX: &str = "flow";
 
 /// How long a request waits for its answer when [`Options::timeout`] is not
 /// set.
+///
+/// ```
+/// assert_eq!(flowstate_client::Options::default().timeout, flowstate_client::DEFAULT_TIMEOUT);
+/// ```
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 // The headers of PROTOCOL.md.
@@ -259,8 +267,7 @@ impl Client {
         let reply = self
             .request(&subject, None, Bytes::from(report.to_msgpack()))
             .await?;
-        parse_version(reply.headers.as_ref())
-            .map_err(|e| e.on(&subject))
+        parse_version(reply.headers.as_ref()).map_err(|e| e.on(&subject))
     }
 
     /// Sends a request bounded by the client's timeout and returns the
@@ -283,7 +290,9 @@ impl Client {
             .await
             .map_err(|e| {
                 let err = match e.kind() {
-                    RequestErrorKind::NoResponders => Error::new(ErrorKind::NoWorker, "no worker answered"),
+                    RequestErrorKind::NoResponders => {
+                        Error::new(ErrorKind::NoWorker, "no worker answered")
+                    }
                     RequestErrorKind::TimedOut => Error::new(
                         ErrorKind::TimedOut,
                         format!("no answer within {:?}", self.inner.timeout),

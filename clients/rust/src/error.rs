@@ -162,14 +162,26 @@ impl Error {
     /// What the caller can do about an error of this kind.
     fn advice(&self) -> &'static str {
         match self.kind {
-            ErrorKind::Rejected => "the worker changed nothing; fix the request, sending it again will not help",
-            ErrorKind::TooLarge => "a single-message get cannot carry the state; use Client::get, which reads any size in chunks",
+            ErrorKind::Rejected => {
+                "the worker changed nothing; fix the request, sending it again will not help"
+            }
+            ErrorKind::TooLarge => {
+                "a single-message get cannot carry the state; use Client::get, which reads any size in chunks"
+            }
             ErrorKind::Unavailable => "nothing was applied; retry after a pause",
-            ErrorKind::Capacity => "nothing changed; raise the limit the reason names on the worker (--max-nodes / FLOWSTATE_MAX_NODES, --max-total-flows / FLOWSTATE_MAX_TOTAL_FLOWS) or remove nodes",
+            ErrorKind::Capacity => {
+                "nothing changed; raise the limit the reason names on the worker (--max-nodes / FLOWSTATE_MAX_NODES, --max-total-flows / FLOWSTATE_MAX_TOTAL_FLOWS) or remove nodes"
+            }
             ErrorKind::Service => "see the worker's log",
-            ErrorKind::NoWorker => "start the worker, or set Options::prefix to the prefix it serves (its --prefix, FLOWSTATE_PREFIX; default \"flow\")",
-            ErrorKind::TimedOut => "the worker did not answer in time (Options::timeout); retry, or raise Options::timeout, e.g. Duration::from_secs(10)",
-            ErrorKind::BadReply => "the worker does not speak PROTOCOL.md as this client reads it; check its version",
+            ErrorKind::NoWorker => {
+                "start the worker, or set Options::prefix to the prefix it serves (its --prefix, FLOWSTATE_PREFIX; default \"flow\")"
+            }
+            ErrorKind::TimedOut => {
+                "the worker did not answer in time (Options::timeout); retry, or raise Options::timeout, e.g. Duration::from_secs(10)"
+            }
+            ErrorKind::BadReply => {
+                "the worker does not speak PROTOCOL.md as this client reads it; check its version"
+            }
             ErrorKind::Nats => "check the NATS connection",
             ErrorKind::InvalidOptions => "fix the options",
         }

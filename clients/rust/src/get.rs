@@ -6,8 +6,8 @@ use futures_util::StreamExt;
 use tokio::time::{Instant, timeout_at};
 
 use crate::client::{
-    CONTENT_JSON, Client, H_ACCEPT, H_CHUNK, H_CHUNKS, H_CONTENT_TYPE, check_service_error,
-    header, parse_version,
+    CONTENT_JSON, Client, H_ACCEPT, H_CHUNK, H_CHUNKS, H_CONTENT_TYPE, check_service_error, header,
+    parse_version,
 };
 use crate::error::{Error, ErrorKind};
 use crate::value::{FlowStateValue, Version};
@@ -216,8 +216,12 @@ impl Joiner {
         let version = parse_version(msg.headers.as_ref())?;
         let chunk = header(msg.headers.as_ref(), H_CHUNK).unwrap_or("");
         let (i, n) = parse_chunk(chunk)?;
-        let value = FlowStateValue::from_msgpack(&msg.payload)
-            .map_err(|e| Error::new(ErrorKind::BadReply, format!("chunk {i}/{n}: {}", e.reason())))?;
+        let value = FlowStateValue::from_msgpack(&msg.payload).map_err(|e| {
+            Error::new(
+                ErrorKind::BadReply,
+                format!("chunk {i}/{n}: {}", e.reason()),
+            )
+        })?;
         self.add_value(version, i, n, value)?;
         Ok(i == n)
     }
@@ -247,19 +251,24 @@ impl Joiner {
             ));
         }
         let flows = value.flows();
-        if let (Some(first), Some(last)) = (flows.first(), self.last) {
-            if first.id <= last {
-                return Err(Error::new(
-                    ErrorKind::BadReply,
-                    format!("chunk {i}/{n} starts at flow {}, at or below the previous chunk's {last}", first.id),
-                ));
-            }
+        if let (Some(first), Some(last)) = (flows.first(), self.last)
+            && first.id <= last
+        {
+            return Err(Error::new(
+                ErrorKind::BadReply,
+                format!(
+                    "chunk {i}/{n} starts at flow {}, at or below the previous chunk's {last}",
+                    first.id
+                ),
+            ));
         }
         if let Some(f) = flows.last() {
             self.last = Some(f.id);
         }
         self.value.state_size.extend(value.state_size);
-        self.value.last_exec_time_map.extend(value.last_exec_time_map);
+        self.value
+            .last_exec_time_map
+            .extend(value.last_exec_time_map);
         self.value.start_time_map.extend(value.start_time_map);
         self.i = i;
         Ok(())
@@ -304,8 +313,12 @@ mod tests {
 
     #[test]
     fn joiner_refuses_chunks_out_of_order_of_another_version_or_overlapping() {
-        let v = |rev| Version { epoch: "e".into(), revision: rev };
-        let one = |id: u32| FlowStateValue::new([(id, 1)].into(), Default::default(), Default::default());
+        let v = |rev| Version {
+            epoch: "e".into(),
+            revision: rev,
+        };
+        let one =
+            |id: u32| FlowStateValue::new([(id, 1)].into(), Default::default(), Default::default());
 
         let mut j = Joiner::default();
         j.add_value(v(1), 1, 3, one(1)).unwrap();

@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, ErrorKind};
 
 /// A flow id: GreptimeDB's flow ids are unsigned 32-bit.
+///
+/// ```
+/// let id: flowstate_client::FlowId = 4_294_967_295;
+/// # let _ = id;
+/// ```
 pub type FlowId = u32;
 
 /// The state of flows, exactly as GreptimeDB declares it: per flow, the bytes
@@ -143,7 +148,10 @@ impl FlowStateValue {
             flows.entry(id).or_insert_with(|| Flow::gone(id)).state_size = Some(v);
         }
         for (&id, &v) in &self.last_exec_time_map {
-            flows.entry(id).or_insert_with(|| Flow::gone(id)).last_exec_time = Some(v);
+            flows
+                .entry(id)
+                .or_insert_with(|| Flow::gone(id))
+                .last_exec_time = Some(v);
         }
         for (&id, &v) in &self.start_time_map {
             flows.entry(id).or_insert_with(|| Flow::gone(id)).start_time = Some(v);
@@ -202,8 +210,12 @@ fn set<T>(map: &mut BTreeMap<FlowId, T>, id: FlowId, v: Option<T>) {
     }
 }
 
-impl From<(BTreeMap<FlowId, usize>, BTreeMap<FlowId, i64>, BTreeMap<FlowId, i64>)>
-    for FlowStateValue
+impl
+    From<(
+        BTreeMap<FlowId, usize>,
+        BTreeMap<FlowId, i64>,
+        BTreeMap<FlowId, i64>,
+    )> for FlowStateValue
 {
     /// Takes the three maps a GreptimeDB flownode keeps (`FlowStat`'s
     /// `state_size`, `last_exec_time_map`, `start_time_map`), in that order.
@@ -303,13 +315,19 @@ impl std::fmt::Display for Version {
 pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Result<T, Error> {
     let mut de = rmp_serde::Deserializer::new(Cursor::new(data));
     let v = T::deserialize(&mut de).map_err(|e| {
-        Error::new(ErrorKind::BadReply, format!("{what} is not valid msgpack of its form: {e}"))
+        Error::new(
+            ErrorKind::BadReply,
+            format!("{what} is not valid msgpack of its form: {e}"),
+        )
     })?;
     let used = de.position();
     if used != data.len() as u64 {
         return Err(Error::new(
             ErrorKind::BadReply,
-            format!("{what}: {} bytes after the msgpack item", data.len() as u64 - used),
+            format!(
+                "{what}: {} bytes after the msgpack item",
+                data.len() as u64 - used
+            ),
         ));
     }
     Ok(v)

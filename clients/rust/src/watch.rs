@@ -90,7 +90,9 @@ pub struct Watch {
 
 impl std::fmt::Debug for Watch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch").field("version", &self.cur.as_ref().map(|c| &c.0)).finish()
+        f.debug_struct("Watch")
+            .field("version", &self.cur.as_ref().map(|c| &c.0))
+            .finish()
     }
 }
 
@@ -244,9 +246,15 @@ impl Client {
 }
 
 async fn subscribe(client: &Client, subject: &str) -> Result<Subscriber, Error> {
-    client.nats.subscribe(subject.to_string()).await.map_err(|e| {
-        Error::new(ErrorKind::Nats, "subscribe failed").on(subject).with_source(e)
-    })
+    client
+        .nats
+        .subscribe(subject.to_string())
+        .await
+        .map_err(|e| {
+            Error::new(ErrorKind::Nats, "subscribe failed")
+                .on(subject)
+                .with_source(e)
+        })
 }
 
 /// The background task of a watch: it decides, per update, whether to apply
@@ -373,7 +381,9 @@ impl Follower {
     /// Hands over a full update if it is the current epoch's and newer, and
     /// takes a snapshot when it is of another epoch or does not decode.
     async fn apply_full(&mut self, msg: &Message, mixed: bool) {
-        let Ok(v) = parse_version(msg.headers.as_ref()) else { return };
+        let Ok(v) = parse_version(msg.headers.as_ref()) else {
+            return;
+        };
         let cur = self.cur.clone().expect("a snapshot comes first");
         if !mixed && v.epoch == cur.epoch {
             if v.revision <= cur.revision {
@@ -386,10 +396,11 @@ impl Follower {
         self.resync().await;
         // The update may be newer than the snapshot, in the snapshot's epoch.
         let cur = self.cur.clone().expect("set by resync");
-        if v.epoch == cur.epoch && v.revision > cur.revision {
-            if let Ok((version, value)) = decode_state(msg) {
-                self.push_snapshot(version, value);
-            }
+        if v.epoch == cur.epoch
+            && v.revision > cur.revision
+            && let Ok((version, value)) = decode_state(msg)
+        {
+            self.push_snapshot(version, value);
         }
     }
 
@@ -417,10 +428,11 @@ impl Follower {
     /// Hands over snapshot s unless it is older than the current state (a
     /// get served by a lagging worker): never backwards.
     fn emit_snapshot(&mut self, s: Snapshot) {
-        if let Some(cur) = &self.cur {
-            if cur.epoch == s.version.epoch && s.version.revision <= cur.revision {
-                return;
-            }
+        if let Some(cur) = &self.cur
+            && cur.epoch == s.version.epoch
+            && s.version.revision <= cur.revision
+        {
+            return;
         }
         self.push_snapshot(s.version, s.value);
     }
@@ -437,7 +449,11 @@ impl Follower {
     /// Reports the end of the subscription: the connection closed.
     fn closed(&mut self, subject: &str) {
         self.push_error(
-            Error::new(ErrorKind::Nats, "the subscription ended: the connection closed").on(subject),
+            Error::new(
+                ErrorKind::Nats,
+                "the subscription ended: the connection closed",
+            )
+            .on(subject),
         );
     }
 
@@ -448,7 +464,12 @@ impl Follower {
 
     /// Reports whether the connection reconnected since the last call.
     fn reconnected(&mut self) -> bool {
-        let n = self.client.nats.statistics().connects.load(Ordering::Relaxed);
+        let n = self
+            .client
+            .nats
+            .statistics()
+            .connects
+            .load(Ordering::Relaxed);
         std::mem::replace(&mut self.connects, n) != n
     }
 }
@@ -459,8 +480,16 @@ mod tests {
 
     #[test]
     fn changed_flows_lists_new_changed_and_gone_flows() {
-        let old = FlowStateValue::new([(1, 1), (2, 2), (3, 3)].into(), Default::default(), Default::default());
-        let new = FlowStateValue::new([(2, 2), (3, 4), (5, 5)].into(), Default::default(), Default::default());
+        let old = FlowStateValue::new(
+            [(1, 1), (2, 2), (3, 3)].into(),
+            Default::default(),
+            Default::default(),
+        );
+        let new = FlowStateValue::new(
+            [(2, 2), (3, 4), (5, 5)].into(),
+            Default::default(),
+            Default::default(),
+        );
         let got = changed_flows(&old, &new);
         let ids: Vec<_> = got.iter().map(|f| (f.id, f.state_size)).collect();
         assert_eq!(ids, vec![(1, None), (3, Some(4)), (5, Some(5))]);

@@ -34,14 +34,19 @@ fn value_of(flows: &[VFlow]) -> FlowStateValue {
 }
 
 fn load<T: for<'de> Deserialize<'de>>(name: &str) -> T {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/vectors").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/vectors")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    assert!(s.len().is_multiple_of(2), "odd hex length");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn hex(b: &[u8]) -> String {
@@ -68,10 +73,25 @@ fn aggregates_encode_and_decode_byte_for_byte() {
     for c in &f.cases {
         let v = value_of(&c.flows);
         assert_eq!(hex(&v.to_msgpack()), c.msgpack, "{}: msgpack", c.name);
-        assert_eq!(serde_json::to_string(&v).unwrap(), c.json, "{}: serde_json", c.name);
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            c.json,
+            "{}: serde_json",
+            c.name
+        );
         assert_eq!(v.to_json(), c.json, "{}: to_json", c.name);
-        assert_eq!(FlowStateValue::from_msgpack(&unhex(&c.msgpack)).unwrap(), v, "{}: decoded msgpack", c.name);
-        assert_eq!(serde_json::from_str::<FlowStateValue>(&c.json).unwrap(), v, "{}: decoded JSON", c.name);
+        assert_eq!(
+            FlowStateValue::from_msgpack(&unhex(&c.msgpack)).unwrap(),
+            v,
+            "{}: decoded msgpack",
+            c.name
+        );
+        assert_eq!(
+            serde_json::from_str::<FlowStateValue>(&c.json).unwrap(),
+            v,
+            "{}: decoded JSON",
+            c.name
+        );
     }
 }
 
@@ -88,8 +108,16 @@ fn deltas_encode_and_decode_byte_for_byte() {
     let f: Cases<DeltaCase> = load("deltas.json");
     assert!(!f.cases.is_empty());
     for c in &f.cases {
-        let want = Delta { base: c.base.parse().unwrap(), flows: c.flows.iter().map(VFlow::flow).collect() };
-        assert_eq!(Delta::from_msgpack(&unhex(&c.msgpack)).unwrap(), want, "{}: decoded", c.name);
+        let want = Delta {
+            base: c.base.parse().unwrap(),
+            flows: c.flows.iter().map(VFlow::flow).collect(),
+        };
+        assert_eq!(
+            Delta::from_msgpack(&unhex(&c.msgpack)).unwrap(),
+            want,
+            "{}: decoded",
+            c.name
+        );
         assert_eq!(hex(&want.to_msgpack()), c.msgpack, "{}: msgpack", c.name);
     }
 }
@@ -111,9 +139,20 @@ fn chunks_join_into_their_aggregate_each_canonical_and_within_budget() {
         let mut last: Option<u32> = None;
         for (i, body) in c.chunks.iter().enumerate() {
             let bytes = unhex(body);
-            assert!(bytes.len() <= c.budget, "{}: chunk {} over budget", c.name, i + 1);
+            assert!(
+                bytes.len() <= c.budget,
+                "{}: chunk {} over budget",
+                c.name,
+                i + 1
+            );
             let v = FlowStateValue::from_msgpack(&bytes).unwrap();
-            assert_eq!(hex(&v.to_msgpack()), *body, "{}: chunk {} not canonical", c.name, i + 1);
+            assert_eq!(
+                hex(&v.to_msgpack()),
+                *body,
+                "{}: chunk {} not canonical",
+                c.name,
+                i + 1
+            );
             let flows = v.flows();
             if let (Some(first), Some(last)) = (flows.first(), last) {
                 assert!(first.id > last, "{}: chunk {} overlaps", c.name, i + 1);
@@ -196,25 +235,63 @@ async fn a_worker_answers_every_report_vector_as_the_vector_says() {
     let c = common::client(&server.url, "rsvec").await;
     for case in &f.cases {
         let subject = format!("rsvec.heartbeat.{}", case.node);
-        let reply = c.nats().request(subject.clone(), unhex(&case.msgpack).into()).await.unwrap();
+        let reply = c
+            .nats()
+            .request(subject.clone(), unhex(&case.msgpack).into())
+            .await
+            .unwrap();
         let h = reply.headers.as_ref();
-        let code = h.and_then(|h| h.get("Nats-Service-Error-Code")).map(|v| v.as_str().to_string());
-        let reason = h.and_then(|h| h.get("Nats-Service-Error")).map(|v| v.as_str().to_string());
+        let code = h
+            .and_then(|h| h.get("Nats-Service-Error-Code"))
+            .map(|v| v.as_str().to_string());
+        let reason = h
+            .and_then(|h| h.get("Nats-Service-Error"))
+            .map(|v| v.as_str().to_string());
         if let Some(r) = &case.rejected {
-            assert_eq!(code.as_deref(), Some(r.code.to_string().as_str()), "{}: code", case.name);
-            assert_eq!(reason.as_deref(), Some(r.error.as_str()), "{}: reason ({} at {:?})", case.name, r.kind, r.field);
+            assert_eq!(
+                code.as_deref(),
+                Some(r.code.to_string().as_str()),
+                "{}: code",
+                case.name
+            );
+            assert_eq!(
+                reason.as_deref(),
+                Some(r.error.as_str()),
+                "{}: reason ({} at {:?})",
+                case.name,
+                r.kind,
+                r.field
+            );
             continue;
         }
         assert_eq!(code, None, "{}: rejected: {reason:?}", case.name);
         let a = case.accepted.as_ref().unwrap();
         let snapshot = c.get().await.unwrap();
-        assert_eq!(snapshot.value, value_of(&a.flows), "{}: the aggregate is the report's flows", case.name);
+        assert_eq!(
+            snapshot.value,
+            value_of(&a.flows),
+            "{}: the aggregate is the report's flows",
+            case.name
+        );
         // An empty report takes them out again.
-        c.send(&Report::new(a.node_id.parse().unwrap(), FlowStateValue::default())).await.unwrap();
+        c.send(&Report::new(
+            a.node_id.parse().unwrap(),
+            FlowStateValue::default(),
+        ))
+        .await
+        .unwrap();
     }
     // The typed error of a rejected report sent through the client.
-    let many = FlowStateValue::new((0..=f.max_flows as u32).map(|id| (id, 1)).collect(), BTreeMap::new(), BTreeMap::new());
+    let many = FlowStateValue::new(
+        (0..=f.max_flows as u32).map(|id| (id, 1)).collect(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+    );
     let err = c.send(&Report::new(1, many)).await.unwrap_err();
-    assert_eq!((err.kind(), err.code()), (ErrorKind::Rejected, Some(400)), "{err}");
+    assert_eq!(
+        (err.kind(), err.code()),
+        (ErrorKind::Rejected, Some(400)),
+        "{err}"
+    );
     assert!(err.reason().contains("flows"), "{err}");
 }

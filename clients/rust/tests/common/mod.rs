@@ -36,14 +36,21 @@ pub fn binaries() -> &'static Binaries {
             &dir.join("nats-server"),
             "github.com/nats-io/nats-server/v2",
         );
-        Binaries { worker, nats_server }
+        Binaries {
+            worker,
+            nats_server,
+        }
     })
 }
 
 fn from_env_or_build(var: &str, out: &Path, pkg: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
-        assert!(p.is_file(), "{var}={} is not a file: build it (`make build`) or unset {var}", p.display());
+        assert!(
+            p.is_file(),
+            "{var}={} is not a file: build it (`make build`) or unset {var}",
+            p.display()
+        );
         return p;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -54,13 +61,20 @@ fn from_env_or_build(var: &str, out: &Path, pkg: &str) -> PathBuf {
         .current_dir(&root)
         .status()
         .unwrap_or_else(|e| panic!("{var} is unset and `go build {pkg}` could not run ({e}): install Go, or set {var} to a built binary, e.g. {var}=bin/worker after `make build`"));
-    assert!(status.success(), "go build {pkg} failed: set {var} to a built binary, or fix the build");
+    assert!(
+        status.success(),
+        "go build {pkg} failed: set {var} to a built binary, or fix the build"
+    );
     out.to_path_buf()
 }
 
 /// Returns a port of 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A unique name for the files of one process.
@@ -87,7 +101,12 @@ impl NatsServer {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         for _ in 0..3 {
             let port = free_port();
-            let mut s = NatsServer { port, url: format!("nats://127.0.0.1:{port}"), child: None, args: args.clone() };
+            let mut s = NatsServer {
+                port,
+                url: format!("nats://127.0.0.1:{port}"),
+                child: None,
+                args: args.clone(),
+            };
             if s.launch() {
                 return s;
             }
@@ -179,13 +198,21 @@ impl Worker {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn the worker");
-        let w = Worker { prefix: prefix.to_string(), log, child: Some(child) };
+        let w = Worker {
+            prefix: prefix.to_string(),
+            log,
+            child: Some(child),
+        };
         let c = client(url, prefix).await;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             match c.get().await {
                 Ok(_) => return w,
-                Err(e) => assert!(Instant::now() < deadline, "worker not ready within {START_TIMEOUT:?}: {e}; log: {}", w.log_text()),
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "worker not ready within {START_TIMEOUT:?}: {e}; log: {}",
+                    w.log_text()
+                ),
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -212,7 +239,14 @@ impl Drop for Worker {
 /// Connects a client of prefix to url, with reconnects forever (the tests
 /// restart servers) and a short reconnect wait.
 pub async fn client(url: &str, prefix: &str) -> Client {
-    client_with(url, Options { prefix: prefix.into(), ..Options::default() }).await
+    client_with(
+        url,
+        Options {
+            prefix: prefix.into(),
+            ..Options::default()
+        },
+    )
+    .await
 }
 
 pub async fn client_with(url: &str, options: Options) -> Client {
@@ -236,7 +270,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "{what}: not within {WAIT_TIMEOUT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {WAIT_TIMEOUT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -41,6 +41,7 @@
 
 mod client;
 mod error;
+mod follow;
 mod get;
 mod report;
 mod value;

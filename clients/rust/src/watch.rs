@@ -5,26 +5,15 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use async_nats::{Message, Subscriber};
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::Stream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::client::{Client, H_BASE, H_RESYNC, WatchMode, header, parse_version};
-use crate::error::{Error, ErrorKind};
-use crate::get::{Snapshot, decode_state};
-use crate::report::Delta;
+use crate::client::{Client, WatchMode};
+use crate::error::Error;
+use crate::follow::{Follower, subscribe};
 use crate::value::{Flow, FlowId, FlowStateValue, Version};
-
-/// Bounds of the pause between retries of a snapshot that failed.
-const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
-const MAX_RETRY_WAIT: Duration = Duration::from_secs(5);
-
-/// How often a watch looks whether the connection reconnected (updates
-/// published while it was down are lost: a snapshot tells what is current).
-const RECONNECT_CHECK: Duration = Duration::from_millis(500);
 
 /// The aggregate at one version, as [`Watch`] yields it.
 ///
@@ -104,12 +93,14 @@ impl Drop for Watch {
 
 /// What the follower task has for the consumer that it has not taken yet.
 #[derive(Default)]
-struct Pending {
-    error: Option<Error>,
-    state: Option<PendingState>,
+pub(crate) struct Pending {
+    pub(crate) error: Option<Error>,
+    pub(crate) state: Option<PendingState>,
 }
 
-enum PendingState {
+/// A state not taken yet: a snapshot (with the deltas after it applied), or
+/// the deltas since the state taken last, merged.
+pub(crate) enum PendingState {
     Snapshot {
         version: Version,
         value: FlowStateValue,
@@ -228,13 +219,12 @@ impl Client {
         let sub = subscribe(self, subject).await?;
         let (tx, bell) = mpsc::channel(1);
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let follower = Follower {
-            client: self.clone(),
-            pending: Arc::clone(&pending),
-            bell: tx,
-            cur: None,
-            connects: self.nats.statistics().connects.load(Ordering::Relaxed),
-        };
+        let follower = Follower::new(
+            self.clone(),
+            Arc::clone(&pending),
+            tx,
+            self.nats.statistics().connects.load(Ordering::Relaxed),
+        );
         let task = tokio::spawn(follower.run(sub, mode));
         Ok(Watch {
             bell,
@@ -242,235 +232,6 @@ impl Client {
             task,
             cur: None,
         })
-    }
-}
-
-async fn subscribe(client: &Client, subject: &str) -> Result<Subscriber, Error> {
-    client
-        .nats
-        .subscribe(subject.to_string())
-        .await
-        .map_err(|e| {
-            Error::new(ErrorKind::Nats, "subscribe failed")
-                .on(subject)
-                .with_source(e)
-        })
-}
-
-/// The background task of a watch: it decides, per update, whether to apply
-/// it or take a snapshot, and hands the consumer what it has not taken yet.
-struct Follower {
-    client: Client,
-    pending: Arc<Mutex<Pending>>,
-    bell: mpsc::Sender<()>,
-    cur: Option<Version>, // the version handed over last
-    connects: u64,        // the connection's connects, as last seen
-}
-
-impl Follower {
-    async fn run(mut self, sub: Subscriber, mode: WatchMode) {
-        let snap = self.snapshot().await;
-        if mode == WatchMode::V1 {
-            self.emit_snapshot(snap);
-            return self.follow_full(sub).await;
-        }
-        if snap.chunks == 0 && mode == WatchMode::Auto {
-            // A worker that predates v2 publishes no deltas.
-            drop(sub);
-            let sub = match subscribe(&self.client, &self.client.inner.state_subject).await {
-                Ok(s) => s,
-                Err(e) => return self.push_error(e),
-            };
-            let snap = self.snapshot().await;
-            self.emit_snapshot(snap);
-            return self.follow_full(sub).await;
-        }
-        self.emit_snapshot(snap);
-        self.follow_deltas(sub).await
-    }
-
-    /// Follows <prefix>.state.delta.
-    async fn follow_deltas(&mut self, mut sub: Subscriber) {
-        let mut tick = tokio::time::interval(RECONNECT_CHECK);
-        loop {
-            tokio::select! {
-                msg = sub.next() => match msg {
-                    None => return self.closed(&self.client.inner.delta_subject.clone()),
-                    Some(msg) => if !self.apply_delta(&msg) {
-                        self.resync().await;
-                    },
-                },
-                _ = tick.tick() => if self.reconnected() {
-                    self.resync().await;
-                },
-            }
-        }
-    }
-
-    /// Applies a delta if its base allows; false when a snapshot must tell
-    /// what is current. A stale or foreign message counts as applied.
-    fn apply_delta(&mut self, msg: &Message) -> bool {
-        let h = msg.headers.as_ref();
-        let Ok(v) = parse_version(h) else {
-            return true; // not the worker's
-        };
-        let cur = self.cur.as_ref().expect("a snapshot comes first");
-        if v.epoch == cur.epoch && v.revision <= cur.revision {
-            return true; // stale or a duplicate
-        }
-        // A delta lists every flow changed since base with its entry now,
-        // so it brings any revision from base on to its own.
-        let base = header(h, H_BASE).and_then(|b| b.trim().parse::<u64>().ok());
-        let Some(base) = base else { return false };
-        if header(h, H_RESYNC) == Some("1") || v.epoch != cur.epoch || base > cur.revision {
-            return false;
-        }
-        match Delta::from_msgpack(&msg.payload) {
-            Ok(d) if d.base == base => {
-                self.cur = Some(v.clone());
-                self.push(|p| match &mut p.state {
-                    Some(PendingState::Snapshot { version, value }) => {
-                        value.apply(&d.flows);
-                        *version = v;
-                    }
-                    Some(PendingState::Deltas { version, changes }) => {
-                        changes.extend(d.flows.iter().map(|f| (f.id, *f)));
-                        *version = v;
-                    }
-                    None => {
-                        p.state = Some(PendingState::Deltas {
-                            version: v,
-                            changes: d.flows.iter().map(|f| (f.id, *f)).collect(),
-                        })
-                    }
-                });
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Follows <prefix>.state (v1): the newest update that is ready wins.
-    async fn follow_full(&mut self, mut sub: Subscriber) {
-        let mut tick = tokio::time::interval(RECONNECT_CHECK);
-        loop {
-            tokio::select! {
-                msg = sub.next() => {
-                    let Some(mut msg) = msg else {
-                        return self.closed(&self.client.inner.state_subject.clone());
-                    };
-                    let mut mixed = false;
-                    while let Some(Some(next)) = sub.next().now_or_never() {
-                        let (a, b) = (parse_version(msg.headers.as_ref()), parse_version(next.headers.as_ref()));
-                        match (a, b) {
-                            (Ok(a), Ok(b)) if a.epoch != b.epoch => { mixed = true; msg = next }
-                            (Ok(a), Ok(b)) if b.revision > a.revision => msg = next,
-                            (Err(_), Ok(_)) => msg = next,
-                            _ => {}
-                        }
-                    }
-                    self.apply_full(&msg, mixed).await;
-                },
-                _ = tick.tick() => if self.reconnected() {
-                    self.resync().await;
-                },
-            }
-        }
-    }
-
-    /// Hands over a full update if it is the current epoch's and newer, and
-    /// takes a snapshot when it is of another epoch or does not decode.
-    async fn apply_full(&mut self, msg: &Message, mixed: bool) {
-        let Ok(v) = parse_version(msg.headers.as_ref()) else {
-            return;
-        };
-        let cur = self.cur.clone().expect("a snapshot comes first");
-        if !mixed && v.epoch == cur.epoch {
-            if v.revision <= cur.revision {
-                return;
-            }
-            if let Ok((version, value)) = decode_state(msg) {
-                return self.push_snapshot(version, value);
-            }
-        }
-        self.resync().await;
-        // The update may be newer than the snapshot, in the snapshot's epoch.
-        let cur = self.cur.clone().expect("set by resync");
-        if v.epoch == cur.epoch
-            && v.revision > cur.revision
-            && let Ok((version, value)) = decode_state(msg)
-        {
-            self.push_snapshot(version, value);
-        }
-    }
-
-    /// Takes a snapshot and hands it over if it is news.
-    async fn resync(&mut self) {
-        let snap = self.snapshot().await;
-        self.emit_snapshot(snap);
-    }
-
-    /// Gets the current state, handing over the errors and retrying with a
-    /// growing pause until it succeeds (the task ends when the watch is
-    /// dropped).
-    async fn snapshot(&mut self) -> Snapshot {
-        let mut wait = MIN_RETRY_WAIT;
-        loop {
-            match self.client.get().await {
-                Ok(s) => return s,
-                Err(e) => self.push_error(e),
-            }
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(MAX_RETRY_WAIT);
-        }
-    }
-
-    /// Hands over snapshot s unless it is older than the current state (a
-    /// get served by a lagging worker): never backwards.
-    fn emit_snapshot(&mut self, s: Snapshot) {
-        if let Some(cur) = &self.cur
-            && cur.epoch == s.version.epoch
-            && s.version.revision <= cur.revision
-        {
-            return;
-        }
-        self.push_snapshot(s.version, s.value);
-    }
-
-    fn push_snapshot(&mut self, version: Version, value: FlowStateValue) {
-        self.cur = Some(version.clone());
-        self.push(|p| p.state = Some(PendingState::Snapshot { version, value }));
-    }
-
-    fn push_error(&mut self, e: Error) {
-        self.push(|p| p.error = Some(e));
-    }
-
-    /// Reports the end of the subscription: the connection closed.
-    fn closed(&mut self, subject: &str) {
-        self.push_error(
-            Error::new(
-                ErrorKind::Nats,
-                "the subscription ended: the connection closed",
-            )
-            .on(subject),
-        );
-    }
-
-    fn push(&mut self, f: impl FnOnce(&mut Pending)) {
-        f(&mut self.pending.lock().expect("watch lock"));
-        let _ = self.bell.try_send(()); // full: the consumer has not woken yet
-    }
-
-    /// Reports whether the connection reconnected since the last call.
-    fn reconnected(&mut self) -> bool {
-        let n = self
-            .client
-            .nats
-            .statistics()
-            .connects
-            .load(Ordering::Relaxed);
-        std::mem::replace(&mut self.connects, n) != n
     }
 }
 

@@ -229,7 +229,11 @@ async fn a_get_of_many_flows_comes_in_chunks_under_the_default_max_payload() {
     }
     let started = std::time::Instant::now();
     let s = c.get().await.unwrap();
-    eprintln!("FIGURES get of {n} flows: {} chunks in {:?}", s.chunks, started.elapsed());
+    eprintln!(
+        "FIGURES get of {n} flows: {} chunks in {:?}",
+        s.chunks,
+        started.elapsed()
+    );
     let max_payload = c.nats().server_info().max_payload;
     assert_eq!(s.value.state_size.len(), n as usize);
     assert!(

@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test
 
 all: build
 
@@ -41,7 +41,23 @@ rules-test: promtool
 	promtool check rules deploy/prometheus/alerts.yml
 	cd deploy/prometheus && promtool test rules alerts_test.yml
 
-test: vet js-deps rules-test
+# The Rust crate (clients/rust) is tested against the worker and a
+# nats-server built here, named by FLOWSTATE_WORKER_BIN and
+# FLOWSTATE_NATS_SERVER_BIN (a plain `cargo test` builds them with go
+# itself). Its crates come from the registry once (`cargo fetch`), at the
+# versions of the committed Cargo.lock.
+CARGO   ?= cargo
+RUST    := clients/rust
+RUSTENV := FLOWSTATE_WORKER_BIN=$(CURDIR)/$(BIN)/worker FLOWSTATE_NATS_SERVER_BIN=$(CURDIR)/$(BIN)/nats-server
+
+nats-server:
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
+rust-test: build nats-server
+	cd $(RUST) && $(CARGO) fetch --locked
+	cd $(RUST) && $(RUSTENV) $(CARGO) test --locked
+
+test: vet js-deps rules-test rust-test
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 # Go benchmarks of the hot paths and of the latency recorder, then the
@@ -52,10 +68,14 @@ test: vet js-deps rules-test
 # the JetStream backend (R1, and R3 on three servers with three workers), in
 # one run and one summary. The 1,000,000-flow snapshot runs only when named:
 # LOADTEST_ARGS='--scenarios all,snapshot' (go run ./e2e/loadtest --help).
+# First, the Rust crate reads a state of 1,000,000 flows with a chunked get
+# (FLOWSTATE_RUST_BIG_GET; `make test` reads 100,000); its log goes to
+# bin/rustbench.txt.
 LOADTEST_ARGS ?=
 
-bench:
-	mkdir -p $(BIN)
+bench: build nats-server
+	cd $(RUST) && $(RUSTENV) FLOWSTATE_RUST_BIG_GET=1000000 $(CARGO) test --locked --release --test live a_get_of_many_flows -- --nocapture >$(CURDIR)/$(BIN)/rustbench.txt 2>&1; \
+		status=$$?; grep -E '^(test |FIGURES)' $(BIN)/rustbench.txt; exit $$status
 	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./consumer/ ./internal/latency/ | tee $(BIN)/gobench.txt
 	$(GO) run ./e2e/loadtest --go-bench $(BIN)/gobench.txt $(LOADTEST_ARGS)
 

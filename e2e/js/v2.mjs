@@ -17,9 +17,8 @@
 import assert from "node:assert/strict";
 import { createInterface } from "node:readline";
 import { Empty, connect, createInbox, headers } from "nats";
-import { decode } from "@msgpack/msgpack";
 import { H_CONTENT_TYPE, H_ERROR, H_ERROR_CODE, MSGPACK, header, parseVersion, reportOf } from "./client.mjs";
-import { FIELDS, canonicalMsgpack, decodeAggregate, state } from "./wire.mjs";
+import { FIELDS, canonicalMsgpack, decodeAggregate, decodeDelta, state } from "./wire.mjs";
 
 const H_BASE = "Flow-State-Base-Revision";
 const H_RESYNC = "Flow-State-Resync";
@@ -90,27 +89,6 @@ async function singleGet(nc) {
   const msg = await nc.request(`${prefix}.state.get`, Empty, { timeout: TIMEOUT });
   assert.equal(header(msg, H_ERROR_CODE), "", `get failed: ${header(msg, H_ERROR)}`);
   return { ...parseVersion(msg), body: msg.data };
-}
-
-/** decodeDelta decodes a delta body: {base, flows: {id: [size|nil, last|nil, start|nil]}}. */
-function decodeDelta(body) {
-  const keys = [];
-  const d = decode(body, {
-    useBigInt64: true,
-    mapKeyConverter: (k) => {
-      keys.push(k);
-      return typeof k === "bigint" ? String(k) : k;
-    },
-  });
-  assert.deepEqual(keys.slice(0, 2), ["base", "flows"], "delta keys in order");
-  const ids = keys.slice(2);
-  for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `delta flow ids not ascending: ${ids[i]} after ${ids[i - 1]}`);
-  for (const id of ids) assert.equal(typeof id, "number", `delta flow id ${id} is not a msgpack integer`);
-  const flows = Object.entries(d.flows).map(([id, arr]) => {
-    assert.ok(Array.isArray(arr) && arr.length === 3, `flow ${id}: not an array of 3`);
-    return [Number(id), arr];
-  });
-  return { base: BigInt(d.base), flows };
 }
 
 /** Follower rebuilds the state from deltas and chunked snapshots. */

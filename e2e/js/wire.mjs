@@ -8,6 +8,7 @@
 // BigInt values, and only the headers of maps and arrays that hold an integer
 // key, a repeated key or a BigInt are written by hand (pack below).
 
+import assert from "node:assert/strict";
 import { Encoder, decode } from "@msgpack/msgpack";
 
 /** The aggregate's fields, in their wire order. */
@@ -206,4 +207,25 @@ export function decodeAggregate(body) {
     return m;
   });
   return state(...maps);
+}
+
+/** decodeDelta decodes a delta body: {base, flows: {id: [size|nil, last|nil, start|nil]}}. */
+export function decodeDelta(body) {
+  const keys = [];
+  const d = decode(body, {
+    useBigInt64: true,
+    mapKeyConverter: (k) => {
+      keys.push(k);
+      return typeof k === "bigint" ? String(k) : k;
+    },
+  });
+  assert.deepEqual(keys.slice(0, 2), ["base", "flows"], "delta keys in order");
+  const ids = keys.slice(2);
+  for (let i = 1; i < ids.length; i++) assert.ok(ids[i] > ids[i - 1], `delta flow ids not ascending: ${ids[i]} after ${ids[i - 1]}`);
+  for (const id of ids) assert.equal(typeof id, "number", `delta flow id ${id} is not a msgpack integer`);
+  const flows = Object.entries(d.flows).map(([id, arr]) => {
+    assert.ok(Array.isArray(arr) && arr.length === 3, `flow ${id}: not an array of 3`);
+    return [Number(id), arr];
+  });
+  return { base: BigInt(d.base), flows };
 }

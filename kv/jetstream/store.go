@@ -88,9 +88,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, s.markDown, s.lastEpoch); err != nil {
 		return nil, err
 	}
-	err = s.checkEnabled(ctx)
+	if err := s.checkEnabled(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	var last error // the last failure that was not ctx's end
-	for err == nil {
+	for {
 		err = s.ensureBucket(ctx, true)
 		if err == nil {
 			err = s.checkFencing(ctx)

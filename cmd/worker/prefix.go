@@ -197,7 +197,8 @@ func (p *prefixWatch) look(ctx context.Context) []peer {
 		// Not even this worker's own service, nor the server's "no
 		// responders": the look went nowhere.
 		if !p.silent {
-			p.log.Warn("no answer to " + infoSubject() + ": cannot tell whether another state serves this prefix; the worker's NATS user must be allowed to publish " + infoSubject() + " and to subscribe to _INBOX.>")
+			p.log.Warn("no answer to "+infoSubject()+": cannot tell whether another state serves this prefix; the server is slow, or the worker's NATS user may not publish "+infoSubject()+" or subscribe to _INBOX.>",
+				slog.Duration("waited", discoverWait))
 		}
 		p.silent = true
 		return nil

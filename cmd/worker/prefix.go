@@ -105,6 +105,7 @@ func advice(self, other peer) string {
 // prefixWatch looks for the other workers of the prefix.
 type prefixWatch struct {
 	nc     *nats.Conn
+	up     <-chan struct{} // closed once the connection is up for the first time
 	prefix string
 	self   peer // service is set once the worker's service runs
 	log    *slog.Logger
@@ -117,10 +118,11 @@ type prefixWatch struct {
 	// Used by one look at a time.
 	seen   map[string]bool // services already counted and logged
 	silent bool            // the last look had no answer at all
+	looked bool            // a look was made at start-up
 }
 
-func newPrefixWatch(nc *nats.Conn, prefix string, self peer, log *slog.Logger) *prefixWatch {
-	return &prefixWatch{nc: nc, prefix: prefix, self: self, log: log.With(slog.String("prefix", prefix)), seen: map[string]bool{}}
+func newPrefixWatch(nc *natsConn, prefix string, self peer, log *slog.Logger) *prefixWatch {
+	return &prefixWatch{nc: nc.Conn, up: nc.up, prefix: prefix, self: self, log: log.With(slog.String("prefix", prefix)), seen: map[string]bool{}}
 }
 
 // errOtherState is wrapped by the error of a worker that does not serve
@@ -130,6 +132,7 @@ var errOtherState = errors.New("another state serves this prefix")
 // atStart is the check before the worker consumes: an error naming a
 // worker of the prefix with another state, if there is one.
 func (p *prefixWatch) atStart(ctx context.Context) error {
+	p.looked = true
 	others := p.look(ctx)
 	if len(others) == 0 {
 		return nil
@@ -140,8 +143,20 @@ func (p *prefixWatch) atStart(ctx context.Context) error {
 }
 
 // Run looks every prefixCheckInterval while connected, and returns an
-// error once this worker must leave: it is not ready from then on.
+// error once this worker must leave: it is not ready from then on. A worker
+// that could not look at start-up (not connected yet) looks as soon as its
+// connection is up.
 func (p *prefixWatch) Run(ctx context.Context) error {
+	if !p.looked {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.up:
+		}
+		if err := p.once(ctx); err != nil {
+			return err
+		}
+	}
 	t := time.NewTimer(jitter(prefixCheckInterval))
 	defer t.Stop()
 	for {

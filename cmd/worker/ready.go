@@ -8,13 +8,14 @@ import (
 // checkPrefix builds the prefix watch of this worker and, when the
 // connection is up, looks for a worker of the prefix with another state
 // before this one consumes; if there is one, it returns the reason to stop.
-// A worker not yet connected looks once its connection is up (Run).
+// A worker not yet connected looks once its connection is up
+// (prefixWatch.Run).
 func (m *Main) checkPrefix() error {
 	self := peer{worker: m.id, backend: m.Config.KV, started: m.started}
 	if self.backend == "jetstream" {
 		self.bucket = m.Config.KVBucket
 	}
-	m.prefix = newPrefixWatch(m.nc.Conn, m.Config.Prefix, self, m.Log)
+	m.prefix = newPrefixWatch(m.nc, m.Config.Prefix, self, m.Log)
 	if !m.nc.IsConnected() {
 		m.Log.Info("NATS not connected yet: the other workers of the prefix are looked for once it is")
 		return nil

@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/consumer"
 )
 
 // envOf is a getenv over m.
@@ -44,6 +46,11 @@ func TestNewFlagsHaveTheirDefaultsVariablesAndFlagsWin(t *testing.T) {
 	assert.Equal(t, []any{5, 6, "delta", 7, 8, true}, []any{c.MaxNodes, c.MaxTotalFlows, c.StateUpdates, c.KVWindow, c.MetricsFlows, c.PProf})
 	assert.Equal(t, c.limits().MaxNodes, 5)
 	assert.Equal(t, c.limits().MaxFlows, 6)
+
+	c, err = parseConfig([]string{"--full-interval", "5s"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, c.consumerConfig().FullInterval)
+	assert.Equal(t, consumer.DefaultPublishInterval, c.consumerConfig().PublishInterval, "deltas keep theirs")
 
 	c, err = parseConfig([]string{"--max-nodes", "50", "--state-updates", "full", "--pprof=false"}, env, io.Discard)
 	require.NoError(t, err)
@@ -125,7 +132,7 @@ func TestDaemonHelpListsTheNewFlagsWithTheirVariables(t *testing.T) {
 	code, stdout, stderr := runCLI(t, noEnv, "--help")
 	require.Equal(t, 0, code)
 	assert.Empty(t, stderr)
-	for _, name := range []string{"max-nodes", "max-total-flows", "state-updates", "kv-window", "metrics-flows", "pprof", "listen-insecure"} {
+	for _, name := range []string{"max-nodes", "max-total-flows", "state-updates", "kv-window", "metrics-flows", "pprof", "listen-insecure", "full-interval"} {
 		assert.Regexp(t, `(?m)^  --`+name+`\b.*\n\s+env `+envName(name)+` `, stdout, name)
 	}
 	assert.Contains(t, stdout, "env FLOWSTATE_NATS_TOKEN\n")

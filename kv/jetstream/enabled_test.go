@@ -54,7 +54,7 @@ func TestOpenWaitsForJetStreamAndEndsWithTheLastReason(t *testing.T) {
 	_, err := jetstream.Open(ctx, nc, jetstream.Config{Bucket: "b"})
 	require.ErrorIs(t, err, kv.ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Contains(t, err.Error(), "JetStream not available in time (context deadline exceeded); the last reason: ")
+	assert.Contains(t, err.Error(), "JetStream not available in time (context deadline exceeded): not connected to NATS; the last reason: ")
 
 	nc, port := unreachable(t)
 	retrying := make(chan struct{}, 1)

@@ -102,7 +102,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 			break
 		}
 		if ctx.Err() != nil {
-			err = waitedFor(ctx, err, last)
+			err = waitedFor(ctx, err, last, s.nc.IsConnected())
 			break
 		}
 		last = err
@@ -120,10 +120,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 }
 
 // waitedFor is the error of an Open whose ctx ended while JetStream was
-// unavailable: it names the last real reason, not only ctx's end.
-func waitedFor(ctx context.Context, err, last error) error {
+// unavailable: it names the last real reason, not only ctx's end, and
+// whether the connection was up at all.
+func waitedFor(ctx context.Context, err, last error, connected bool) error {
 	if last == nil || !errors.Is(err, ctx.Err()) {
 		return err
+	}
+	if !connected {
+		return fmt.Errorf("JetStream not available in time (%w): not connected to NATS; the last reason: %w", ctx.Err(), last)
 	}
 	return fmt.Errorf("JetStream not available in time (%w); the last reason: %w", ctx.Err(), last)
 }

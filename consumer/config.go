@@ -57,6 +57,15 @@ type Config struct {
 	// NodeTTL, if positive, evicts a node silent for longer than that, as if
 	// it had sent an empty report. 0: nodes stay until they report again.
 	NodeTTL time.Duration
+	// FullInterval spaces the full updates on <prefix>.state: at most one per
+	// FullInterval, the last change always sent in full once it is due.
+	// Deltas and the aggregate key's writes keep PublishInterval. 0, or a
+	// value no longer than PublishInterval: a full update with every
+	// publish.
+	FullInterval time.Duration
+	// Metadata is added to the micro service's metadata in $SRV.INFO (the
+	// worker's own keys, such as "prefix", win).
+	Metadata map[string]string
 	// StateUpdates chooses what is published at each update: StateUpdatesBoth
 	// ("" too), StateUpdatesFull (only <prefix>.state) or StateUpdatesDelta
 	// (only <prefix>.state.delta).
@@ -121,6 +130,9 @@ func (c Config) Validate() error {
 	}
 	if c.PublishInterval < 0 {
 		return fmt.Errorf("publish interval %v is negative", c.PublishInterval)
+	}
+	if c.FullInterval < 0 {
+		return fmt.Errorf("full update interval %v is negative", c.FullInterval)
 	}
 	if c.MaxFlows < 0 {
 		return fmt.Errorf("max flows %d is negative", c.MaxFlows)

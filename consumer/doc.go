@@ -19,11 +19,15 @@
 //     chooses either or both; a resync delta when one would not fit),
 //     coalesced to one update per PublishInterval: the first change after a quiet
 //     interval goes out at once, later ones together at the end of the
-//     interval, and the last state always. Its own reports signal changes;
+//     interval, and the last state always. Config.FullInterval spaces the
+//     full updates on <prefix>.state further apart (deltas and the
+//     aggregate key keep PublishInterval): at most one per FullInterval,
+//     and the last change always, once due. Its own reports signal changes;
 //     a replica signals the changes of other workers' reports with Changed,
 //     which never blocks. Where State.Flush answers flowstate.ErrNotPublisher
 //     (another worker holds the publisher lease), nothing is published.
-//   - The micro service "flowstate" ($SRV.PING, $SRV.INFO, $SRV.STATS) with
+//   - The micro service "flowstate" ($SRV.PING, $SRV.INFO, $SRV.STATS;
+//     its metadata names the prefix and what Config.Metadata adds) with
 //     its get (<prefix>.state.get) and nodes (<prefix>.state.nodes)
 //     endpoints, each served from an encoding cached per state version, each
 //     with a bounded queue (Config.EndpointPendingMsgs): a flood is dropped

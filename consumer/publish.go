@@ -120,6 +120,9 @@ func (w *Worker) publishState() {
 	if w.cfg.StateUpdates == StateUpdatesDelta {
 		return
 	}
+	if !w.fullDueLocked(ctx) {
+		return
+	}
 	err := w.withEncoded(ctx, false, func(body []byte, v flowstate.Version) error {
 		if v == w.lastPublished {
 			return nil
@@ -130,6 +133,7 @@ func (w *Worker) publishState() {
 			return err
 		}
 		w.lastPublished = v
+		w.fullPublishedLocked()
 		w.stats.published.Add(1)
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +57,8 @@ type Worker struct {
 
 	pubMu         sync.Mutex // serialises publishState; guards lastPublished
 	lastPublished flowstate.Version
-	v2            v2State // delta publishing (delta.go); guarded by pubMu
+	v2            v2State     // delta publishing (delta.go); guarded by pubMu
+	full          fullCadence // spacing of full updates (full.go); guarded by pubMu
 
 	cacheMu sync.Mutex // guards cache
 	cache   encoding
@@ -151,12 +153,15 @@ func (w *Worker) Start() error {
 // bounded queue: past Config.EndpointPendingMsgs the client library drops
 // requests, which the service's error handler counts.
 func (w *Worker) addService() (micro.Service, error) {
+	metadata := make(map[string]string, len(w.cfg.Metadata)+3)
+	maps.Copy(metadata, w.cfg.Metadata)
+	maps.Copy(metadata, map[string]string{"prefix": w.cfg.Prefix, "heartbeat_subject": w.hbSubject, "state_subject": w.stateSubject})
 	svc, err := micro.AddService(w.nc, micro.Config{
 		Name:         protocol.ServiceName,
 		Version:      w.cfg.Version,
 		Description:  "Live state of stream-processing flows, aggregated from flownode heartbeats",
 		QueueGroup:   w.cfg.Queue,
-		Metadata:     map[string]string{"prefix": w.cfg.Prefix, "heartbeat_subject": w.hbSubject, "state_subject": w.stateSubject},
+		Metadata:     metadata,
 		ErrorHandler: w.serviceError,
 	})
 	if err != nil {
@@ -225,6 +230,15 @@ func (w *Worker) Ready() error {
 		return errors.New("state not loaded from the store yet")
 	}
 	return nil
+}
+
+// ServiceID is the id of the worker's micro service, as $SRV.INFO and
+// $SRV.PING give it; empty before Start.
+func (w *Worker) ServiceID() string {
+	if w.svc == nil {
+		return ""
+	}
+	return w.svc.Info().ID
 }
 
 // Stats returns what the worker has counted so far, and the size of the

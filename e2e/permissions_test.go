@@ -12,15 +12,17 @@ import (
 )
 
 // permissionsConf gives each user only what it needs: the worker takes
-// heartbeats and gets, serves its micro service and replies; a flownode
-// publishes on its own heartbeat subject only (and receives the replies to
-// its requests); a frontend gets, asks for the node view and follows the
-// state, full and delta updates (v2). README's Security section shows it.
+// heartbeats and gets, serves its micro service and replies, and looks for
+// the other workers of its prefix ($SRV.INFO.flowstate, replies to an
+// inbox); a flownode publishes on its own heartbeat subject only (and
+// receives the replies to its requests); a frontend gets, asks for the node
+// view and follows the state, full and delta updates (v2). README's
+// Security section shows it.
 const permissionsConf = `authorization {
   users = [
     {user: worker, password: "worker-secret", permissions: {
-      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>"]}
-      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>"]}
+      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>", "$SRV.INFO.flowstate"]}
+      subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>", "_INBOX.>"]}
     }}
     {user: node7, password: "node7-secret", permissions: {
       publish: {allow: ["flow.heartbeat.7"]}
@@ -138,7 +140,7 @@ const jetStreamWorkerConf = `jetstream {store_dir: %q}
 authorization {
   users = [
     {user: worker, password: "worker-secret", permissions: {
-      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>", "$JS.API.>", "$KV.flow_state.>", "$JS.FC.>"]}
+      publish: {allow: ["flow.state", "flow.state.delta", "_INBOX.>", "$SRV.INFO.flowstate", "$JS.API.>", "$KV.flow_state.>", "$JS.FC.>"]}
       subscribe: {allow: ["flow.heartbeat.*", "flow.state.get", "flow.state.nodes", "$SRV.>", "_INBOX.>"]}
     }}
     {user: frontend, password: "frontend-secret", permissions: {

@@ -144,9 +144,10 @@ func (f *dropFollower) handle(msg *nats.Msg) {
 	f.applied++
 }
 
-// until handles deltas until the follower holds version v, or fails.
-func (f *dropFollower) until(v flowstate.Version) bool {
-	timer := time.NewTimer(deltaWait)
+// until handles deltas until the follower holds version v; false if it
+// does not within wait.
+func (f *dropFollower) until(v flowstate.Version, wait time.Duration) bool {
+	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for f.ver != v {
 		select {
@@ -212,17 +213,20 @@ func TestAClientThatDropsEveryTenthDeltaEndsOnTheExactFinalState(t *testing.T) {
 		}
 	}()
 
-	ctx, cancel := context.WithTimeout(context.Background(), deltaWait)
-	defer cancel()
+	// Each round has a budget of its own: a round whose last delta was
+	// dropped waits for it in vain, and the nudge after it must still go.
 	var final fsclient.State
 	for nudge := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), deltaWait)
 		final, err = c.GetSingle(ctx)
 		require.NoError(t, err)
-		if f.until(final.Version) {
+		if f.until(final.Version, messageTimeout) {
+			cancel()
 			break
 		}
 		require.Less(t, nudge, 2, "the follower never reached revision %d (at %d)", final.Revision, f.ver.Revision)
 		_, err := c.Send(ctx, fsclient.Report{NodeID: 1000 + uint64(nudge)})
+		cancel()
 		require.NoError(t, err)
 	}
 	f.drain()

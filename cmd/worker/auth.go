@@ -179,20 +179,23 @@ func checkCreds(path string) error {
 }
 
 // checkNATSURL checks each comma-separated entry of a --nats-url: a URL of
-// scheme nats, tls, ws or wss (none means nats, as for the client library)
-// with a host. It returns the entries that carry credentials, redacted, to
-// be warned about.
+// scheme nats, tls, ws or wss with a host. An entry without a scheme is
+// refused rather than read as nats://, so that a typo such as "nats:/host"
+// is not taken for a host name. It returns the entries that carry
+// credentials, redacted, to be warned about.
 func checkNATSURL(s string) (withSecrets []string, err error) {
 	for _, e := range strings.Split(s, ",") {
 		e = strings.TrimSpace(e)
 		if e == "" {
 			return nil, usagef("--nats-url %q: empty entry", s)
 		}
-		raw := e
 		if !strings.Contains(e, "://") {
-			raw = "nats://" + e
+			if at := strings.LastIndex(e, "@"); at >= 0 {
+				e = "xxxxx" + e[at:] // credentials, maybe
+			}
+			return nil, usagef("--nats-url entry %q has no scheme: write nats://%s (or tls://, ws://, wss://)", e, e)
 		}
-		u, err := url.Parse(raw)
+		u, err := url.Parse(e)
 		if err != nil {
 			return nil, usagef("--nats-url entry %q does not parse", redactURL(e))
 		}

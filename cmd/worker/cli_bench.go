@@ -31,18 +31,23 @@ acknowledgement latency (p50, p99, max), gets the aggregate, and checks that
 it is exactly each node's last acknowledged report; if not, it says what
 differs and exits 1. Run it against a worker with no other flownodes, as
 flows it did not send count as differences; with --publish, reports the
-worker dropped as a slow consumer do too. SIGINT stops the load early; the
-check still runs.`, `
+worker dropped as a slow consumer do too. It refuses a state that already
+holds nodes, which would carry the simulated flows to the frontends and
+lose the reports of the nodes it overwrites, unless --force. SIGINT stops
+the load early; the check still runs.`, `
 worker bench --nodes 100 --flows 10 --rate 5000 --duration 30s
-worker bench --nats-url nats://10.0.0.5:4222 --nodes 1000 --flows 10 --rate 0`)
+worker --nats-url nats://10.0.0.5:4222 --prefix bench &   # a worker of its own
+worker bench --nats-url nats://10.0.0.5:4222 --prefix bench --nodes 1000 --flows 10 --rate 0`)
 	cfg := loadgen.Config{}
 	var publish bool
 	c.fs.IntVar(&cfg.Nodes, "nodes", 100, "`N` simulated flownodes")
 	c.fs.IntVar(&cfg.Flows, "flows", 10, "`F` flows per node")
 	c.fs.Float64Var(&cfg.Rate, "rate", 0, "`R` reports per second, all nodes together (0: as fast as possible)")
-	c.fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send reports, a Go `duration`")
+	c.flags.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send reports, a Go `duration`")
 	c.fs.IntVar(&cfg.InFlight, "concurrency", loadgen.DefaultInFlight, "at most `C` reports in flight (and one per node)")
 	c.fs.BoolVar(&publish, "publish", false, "publish the reports without acknowledgements")
+	var force bool
+	c.fs.BoolVar(&force, "force", false, "write into a state that already holds nodes: their reports are overwritten, and frontends see the simulated flows")
 	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
 		return code
 	}
@@ -71,6 +76,11 @@ worker bench --nats-url nats://10.0.0.5:4222 --nodes 1000 --flows 10 --rate 0`)
 	}
 	if _, err := cl.Get(ctx); err != nil {
 		return c.errorf(stderr, "before the load: %v", err)
+	}
+	if !force {
+		if err := checkEmptyState(ctx, nc, c.prefix, cfg, c.timeout); err != nil {
+			return c.errorf(stderr, "%v", err)
+		}
 	}
 	res := g.Run(ctx)
 	fmt.Fprintln(stderr)

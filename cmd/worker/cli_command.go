@@ -42,7 +42,7 @@ func newCLICommand(name, synopsis, about, example string) *cliCommand {
 	c.fs = c.flags.FlagSet
 	c.fs.StringVar(&c.natsURL, "nats-url", defaultCLIURL, "NATS server or cluster to connect to (comma-separated `URL`s)")
 	c.fs.StringVar(&c.prefix, "prefix", protocol.DefaultPrefix, "subject `prefix` the worker serves")
-	c.fs.DurationVar(&c.timeout, "timeout", client.DefaultTimeout, "bound on connecting and on each request")
+	c.flags.DurationVar(&c.timeout, "timeout", client.DefaultTimeout, "bound on connecting and on each request")
 	c.flags.withEnv("nats-url", "prefix")
 	c.auth.register(c.flags)
 	return c

@@ -321,7 +321,7 @@ func TestBenchSaysWhatDiffersAndExits1(t *testing.T) {
 	sendFlows(t, testClient(t, srv, "flow"), 1000, flow(999999, 1, 1, 1, all))
 
 	code, stdout, stderr := runCLI(t, noEnv, "bench", "--nats-url", srv.ClientURL(),
-		"--nodes", "2", "--flows", "2", "--rate", "100", "--duration", "200ms")
+		"--nodes", "2", "--flows", "2", "--rate", "100", "--duration", "200ms", "--force")
 	assert.Equal(t, 1, code, stderr)
 	assert.Contains(t, stdout, "aggregate: DIFFERS")
 	assert.Contains(t, stdout, "  flow 999999: present, but no simulated node owns it\n")

@@ -26,6 +26,7 @@ type Config struct {
 	Prefix          string
 	Queue           string
 	PublishInterval time.Duration
+	FullInterval    time.Duration // --full-interval: spacing of full updates; 0: every publish
 	MaxFlows        int
 	MaxNodes        int    // --max-nodes: most nodes the state holds
 	MaxTotalFlows   int    // --max-total-flows: most distinct flows the aggregate holds
@@ -48,6 +49,9 @@ type Config struct {
 	// urlSecrets are the --nats-url entries that carry credentials,
 	// redacted, to be warned about.
 	urlSecrets []string
+	// setBy names, for each flag set, where its value came from: "--name",
+	// or its environment variable.
+	setBy map[string]string
 }
 
 // Defaults of the new flags (PROTOCOL.md, "Command line" and "Capacity").
@@ -90,6 +94,7 @@ func daemonFlags(c *Config) *flagSet {
 	str(&c.Prefix, "prefix", "subject `prefix`")
 	str(&c.Queue, "queue", "queue `group` of the heartbeat subscription")
 	f.DurationVar(&c.PublishInterval, "publish-interval", c.PublishInterval, "coalesce state updates and aggregate-key writes (0: after every report)")
+	f.DurationVar(&c.FullInterval, "full-interval", 0, "send full updates on <prefix>.state at most once per `duration`, deltas keeping --publish-interval (0: with every publish)")
 	f.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "at most `n` flows in one report")
 	f.IntVar(&c.MaxNodes, "max-nodes", c.MaxNodes, "at most `n` nodes in the state; a report past it is rejected (507)")
 	f.IntVar(&c.MaxTotalFlows, "max-total-flows", c.MaxTotalFlows, "at most `n` distinct flows in the aggregate; a report past it is rejected (507)")
@@ -122,11 +127,12 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 		}
 		return c, err
 	}
+	c.setBy = f.origins
 	if err := c.Auth.resolve(getenv); err != nil {
-		return c, err
+		return c, f.naming(err)
 	}
 	if err := c.Validate(); err != nil {
-		return c, &usageError{err}
+		return c, &usageError{f.naming(err)}
 	}
 	return c, nil
 }
@@ -167,8 +173,14 @@ func (c *Config) Validate() error {
 		}
 		c.urlSecrets = secrets
 	}
+	if err := c.checkUpdates(); err != nil {
+		return err
+	}
 	switch c.KV {
 	case "memory":
+		if err := c.checkMemoryFlags(); err != nil {
+			return err
+		}
 	case "jetstream":
 		if c.NATSURL == "" {
 			return errors.New("--kv jetstream needs --nats-url: a NATS server with JetStream (the embedded server has none)")
@@ -260,6 +272,7 @@ func (c *Config) consumerConfig() consumer.Config {
 		Prefix:            c.Prefix,
 		Queue:             c.Queue,
 		PublishInterval:   c.PublishInterval,
+		FullInterval:      c.FullInterval,
 		MaxFlows:          c.MaxFlows,
 		DeadLetterSubject: c.DeadLetterSubject,
 		NodeTTL:           c.NodeTTL,

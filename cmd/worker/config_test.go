@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/consumer"
 )
 
 // envOf is a getenv over m.
@@ -37,13 +39,18 @@ func TestNewFlagsHaveTheirDefaultsVariablesAndFlagsWin(t *testing.T) {
 	env := envOf(map[string]string{
 		"FLOWSTATE_MAX_NODES": "5", "FLOWSTATE_MAX_TOTAL_FLOWS": "6", "FLOWSTATE_STATE_UPDATES": "delta",
 		"FLOWSTATE_KV_WINDOW": "7", "FLOWSTATE_METRICS_FLOWS": "8", "FLOWSTATE_METRICS_ADDR": "127.0.0.1:0",
-		"FLOWSTATE_PPROF": "true",
+		"FLOWSTATE_PPROF": "true", "FLOWSTATE_KV": "jetstream", "FLOWSTATE_NATS_URL": "nats://127.0.0.1:4222",
 	})
 	c, err = parseConfig(nil, env, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, []any{5, 6, "delta", 7, 8, true}, []any{c.MaxNodes, c.MaxTotalFlows, c.StateUpdates, c.KVWindow, c.MetricsFlows, c.PProf})
 	assert.Equal(t, c.limits().MaxNodes, 5)
 	assert.Equal(t, c.limits().MaxFlows, 6)
+
+	c, err = parseConfig([]string{"--full-interval", "5s"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, c.consumerConfig().FullInterval)
+	assert.Equal(t, consumer.DefaultPublishInterval, c.consumerConfig().PublishInterval, "deltas keep theirs")
 
 	c, err = parseConfig([]string{"--max-nodes", "50", "--state-updates", "full", "--pprof=false"}, env, io.Discard)
 	require.NoError(t, err)
@@ -90,6 +97,16 @@ func TestBadDaemonFlagsExit2WithOneLine(t *testing.T) {
 		"subcommand state of flags":  {args: []string{"watch", "--nats-url", "http://x:1"}, want: "scheme"},
 		"subcommand missing creds":   {args: []string{"send", "--node", "1", "--nats-creds", filepath.Join(dir, "none")}, want: "--nats-creds"},
 		"subcommand token on a flag": {args: []string{"get", "--nats-token=x"}, want: "FLOWSTATE_NATS_TOKEN"},
+		"backend from a variable":    {env: map[string]string{"FLOWSTATE_KV": "jetsream"}, want: "--kv set by FLOWSTATE_KV"},
+		"duration without a unit":    {args: []string{"--publish-interval", "100"}, want: "such as 100ms"},
+		"variable without a unit":    {env: map[string]string{"FLOWSTATE_NODE_TTL": "30"}, want: "FLOWSTATE_NODE_TTL (the variable of --node-ttl): want a number with a unit, such as 100ms"},
+		"subcommand duration":        {args: []string{"get", "--timeout", "5"}, want: "such as 100ms"},
+		"replicas with memory":       {args: []string{"--kv-replicas", "3"}, want: "--kv-replicas: only --kv jetstream uses it"},
+		"bucket with memory":         {env: map[string]string{"FLOWSTATE_KV_BUCKET": "b"}, want: "FLOWSTATE_KV_BUCKET (--kv-bucket): only --kv jetstream"},
+		"url without a scheme":       {args: []string{"--nats-url", "127.0.0.1:4222"}, want: "has no scheme: write nats://127.0.0.1:4222"},
+		"url credentials no scheme":  {args: []string{"--nats-url", "u:secret@h:4222"}, want: `"xxxxx@h:4222" has no scheme`},
+		"full interval too short":    {args: []string{"--full-interval", "50ms"}, want: "shorter than --publish-interval 100ms"},
+		"full interval with deltas":  {args: []string{"--full-interval", "5s", "--state-updates", "delta"}, want: "--state-updates delta"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, envOf(tc.env), tc.args...)
@@ -115,7 +132,7 @@ func TestDaemonHelpListsTheNewFlagsWithTheirVariables(t *testing.T) {
 	code, stdout, stderr := runCLI(t, noEnv, "--help")
 	require.Equal(t, 0, code)
 	assert.Empty(t, stderr)
-	for _, name := range []string{"max-nodes", "max-total-flows", "state-updates", "kv-window", "metrics-flows", "pprof", "listen-insecure"} {
+	for _, name := range []string{"max-nodes", "max-total-flows", "state-updates", "kv-window", "metrics-flows", "pprof", "listen-insecure", "full-interval"} {
 		assert.Regexp(t, `(?m)^  --`+name+`\b.*\n\s+env `+envName(name)+` `, stdout, name)
 	}
 	assert.Contains(t, stdout, "env FLOWSTATE_NATS_TOKEN\n")

@@ -29,9 +29,19 @@ type natsConn struct {
 // is sent now or fails now.
 var storeConnOptions = []nats.Option{nats.Name("flowstate-worker-store"), nats.ReconnectBufSize(-1)}
 
+// The worker's pings: a link that stops answering (stalled, or a server
+// that hangs) is found stale after clientPingsOut unanswered pings
+// clientPingInterval apart, within 12 s, and the connection is replaced;
+// meanwhile /readyz answers 503. nats.go's default is 2 minutes.
+const (
+	clientPingInterval = 4 * time.Second
+	clientPingsOut     = 2
+)
+
 // connect dials NATS with the worker's policy: keep trying to connect, reconnect
-// forever with jitter, buffer publishes while disconnected, and keep retrying
-// on authentication errors (logged, not fatal). With srv, the connection is
+// forever with jitter, buffer publishes while disconnected, ping often enough
+// to find a stalled link, and keep retrying on authentication errors (logged,
+// not fatal). With srv, the connection is
 // in-process. The credentials' options are auth, checked beforehand.
 //
 // fatal gets an error that leaves the worker up but unable to consume: the
@@ -73,6 +83,8 @@ func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, pre
 		nats.ReconnectBufSize(64 << 20),
 		nats.IgnoreAuthErrorAbort(),
 		nats.DrainTimeout(4 * time.Second),
+		nats.PingInterval(clientPingInterval),
+		nats.MaxPingsOutstanding(clientPingsOut),
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			resetLastErr()
 			log.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))

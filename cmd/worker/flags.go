@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // envPrefix starts every environment variable of the worker.
@@ -36,6 +37,9 @@ type flagSet struct {
 	// secretEnvs are variables read elsewhere (not set on the flag),
 	// shown in the usage: flag name -> variable.
 	secretEnvs map[string]string
+	// origins says, after parse, where each flag that was set got its
+	// value: "--name" from the command line, or its variable.
+	origins map[string]string
 }
 
 func newFlagSet(name string) *flagSet {
@@ -44,8 +48,36 @@ func newFlagSet(name string) *flagSet {
 	// The flag package calls Usage on every parse error and on -help; the
 	// usage is printed by the caller, for -help only: an error is one line.
 	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, envs: map[string]string{}, secretEnvs: map[string]string{}}
+	return &flagSet{FlagSet: fs, envs: map[string]string{}, secretEnvs: map[string]string{}, origins: map[string]string{}}
 }
+
+// DurationVar defines a duration flag whose bad value is answered with an
+// example, as time.ParseDuration's "missing unit" is not.
+func (f *flagSet) DurationVar(p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	f.Var((*durationValue)(p), name, usage)
+}
+
+// durationValue is a flag.Value of a time.Duration.
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return (*time.Duration)(d).String() }
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a number with a unit, such as 100ms, 5s or 1m")
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// Get makes it a flag.Getter.
+func (d *durationValue) Get() any { return time.Duration(*d) }
+
+// origin names where a flag that was set got its value: "--name", or its
+// environment variable; "" if it was not set.
+func (f *flagSet) origin(name string) string { return f.origins[name] }
 
 // withEnv gives each named flag its environment variable.
 func (f *flagSet) withEnv(names ...string) {
@@ -72,8 +104,9 @@ func (f *flagSet) parse(args []string, getenv func(string) string) error {
 		}
 		if v := getenv(env); v != "" {
 			if e := fl.Value.Set(v); e != nil {
-				err = usagef("invalid value %q for %s: %v", v, env, e)
+				err = usagef("invalid value %q for %s (the variable of --%s): %v", v, env, fl.Name, e)
 			}
+			f.origins[fl.Name] = env
 		}
 	})
 	if err != nil {
@@ -85,6 +118,7 @@ func (f *flagSet) parse(args []string, getenv func(string) string) error {
 		}
 		return &usageError{err}
 	}
+	f.Visit(func(fl *flag.Flag) { f.origins[fl.Name] = "--" + fl.Name })
 	if f.NArg() > 0 {
 		return usagef("unexpected argument %q", f.Arg(0))
 	}
@@ -100,6 +134,9 @@ func (f *flagSet) printFlags(w io.Writer) {
 	f.VisitAll(func(fl *flag.Flag) {
 		name := "--" + fl.Name
 		arg, usage := flag.UnquoteUsage(fl)
+		if _, ok := fl.Value.(*durationValue); ok && arg == "value" {
+			arg = "duration"
+		}
 		if arg != "" && !isBoolFlag(fl) {
 			name += " " + strings.ToUpper(arg)
 		}

@@ -17,7 +17,7 @@ func TestPProfOnlyWithTheFlag(t *testing.T) {
 	code, _ := scrape(t, m.metricsAddr, "/debug/pprof/")
 	assert.Equal(t, http.StatusNotFound, code, "pprof is off by default")
 
-	m, _ = startMain(t, "--nats-url", url, "--metrics-addr", "127.0.0.1:0", "--pprof")
+	m, _ = startMain(t, "--nats-url", url, "--prefix", "pprof", "--metrics-addr", "127.0.0.1:0", "--pprof")
 	code, _ = scrape(t, m.metricsAddr, "/debug/pprof/")
 	assert.Equal(t, http.StatusOK, code, "--pprof")
 }

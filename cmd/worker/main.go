@@ -65,6 +65,9 @@ type Main struct {
 	Config Config
 	Log    *slog.Logger
 
+	id      string    // this worker's id: in its service info and the publisher lease
+	started time.Time // when Open began: which of two workers started later
+	prefix  *prefixWatch
 	srv     *server.Server
 	nc      *natsConn
 	storeNC *natsConn // --kv jetstream: the store's own connection
@@ -78,8 +81,9 @@ type Main struct {
 	replicaStop context.CancelFunc              // ends the replica's Run; nil if none
 	replicaDone chan error                      // receives the replica's Run's result, and keeps it
 
-	metricsAddr string // where metrics are served, once Open has listened
-	dropped     bool   // the worker's drain ended with reports not applied
+	metricsAddr string       // where metrics are served, once Open has listened
+	dropped     bool         // the worker's drain ended with reports not applied
+	storeReady  func() error // why a shared store cannot take writes, or nil; nil without one
 }
 
 // ParseFlags sets the configuration from args and the environment, and the
@@ -100,6 +104,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stdout, std
 // the worker and the metrics listener. It fails at once on a taken port or
 // unusable credentials.
 func (m *Main) Open() error {
+	m.id, m.started = workerID(), time.Now()
 	m.warnings()
 	auth, err := m.Config.Auth.options()
 	if err != nil {
@@ -121,6 +126,9 @@ func (m *Main) Open() error {
 		return fmt.Errorf("NATS connect: %w", err)
 	}
 	m.nc = nc
+	if err := m.checkPrefix(); err != nil {
+		return err
+	}
 	mgr, err := m.openState(func() (*natsConn, error) {
 		return connect(url, inProcess, auth, m.Config.Prefix, m.Log.With(slog.String("conn", "store")), storeConnOptions...)
 	})
@@ -128,7 +136,7 @@ func (m *Main) Open() error {
 		return err
 	}
 	ccfg := m.Config.consumerConfig()
-	ccfg.Version, ccfg.Logger = version, m.Log
+	ccfg.Version, ccfg.Logger, ccfg.Metadata = version, m.Log, m.prefix.self.metadata()
 	latency := newMergeLatency()
 	if m.Config.MetricsAddr != "" {
 		ccfg.OnApplied = func(d time.Duration) { latency.Observe(d.Seconds()) }
@@ -142,14 +150,15 @@ func (m *Main) Open() error {
 	}
 	m.worker = w
 	m.workerRef.Store(w)
+	m.prefix.self.service = w.ServiceID()
 	if m.mgr != nil {
 		w.Changed() // a change the replica signalled before the worker existed
 	}
 	if m.Config.MetricsAddr != "" {
 		reg := newRegistry(m.newStatsCollector(w), latency)
-		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, w.Ready, m.Config.PProf, m.Log)
+		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, m.ready, m.Config.PProf, m.Log)
 		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
+			return fmt.Errorf("--metrics-addr %s: %w; give another address, or port 0 for any free one", m.Config.MetricsAddr, err)
 		}
 		m.metrics, m.metricsAddr = ms, ms.addr
 	}
@@ -178,6 +187,7 @@ func (m *Main) Run(ctx context.Context, sig signals) error {
 	g.add("replica", actorFunc(m.watchReplica))
 	g.add("worker", until(m.stopWorker))
 	g.add("nats watch", actorFunc(m.watchConn))
+	g.add("prefix watch", m.prefix)
 	if m.metrics != nil {
 		g.add("metrics", m.metrics)
 	}
@@ -212,6 +222,7 @@ func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
 	js, _ := m.store.(*jetstream.Store)
 	c := newStatsCollector(w, m.nc.Conn, js, m.mgr)
 	c.events = watchNATS(m.nc.Conn, m.srv)
+	c.readiness, c.prefix = m.ready, m.prefix
 	if m.Config.MetricsFlows > 0 {
 		c.flowsC = newFlowsCollector(m.state, m.Config.MetricsFlows, m.Config.PublishInterval)
 	}

@@ -18,6 +18,9 @@ type statsCollector struct {
 	mgr    *flowstate.Replica // with a shared store, or nil
 	events *natsEvents        // the connection's disconnections, or nil
 	flowsC *flowsCollector    // per-flow metrics (--metrics-flows), or nil
+	prefix *prefixWatch       // the other workers of the prefix, or nil
+	// readiness is what /readyz answers from; nil: the worker's own.
+	readiness func() error
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -29,6 +32,8 @@ type statsCollector struct {
 	ready, disconnects, slowDropped    *prometheus.Desc
 	deltas, deltaResyncs, deltaBytes   *prometheus.Desc
 	chunkedGets, chunksSent            *prometheus.Desc
+	prefixConflict, prefixConflicts    *prometheus.Desc
+	prefixUnknown                      *prometheus.Desc
 }
 
 func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *flowstate.Replica) *statsCollector {
@@ -36,37 +41,40 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
 	return &statsCollector{
-		worker:         w,
-		nc:             nc,
-		js:             js,
-		mgr:            mgr,
-		received:       d("reports_received_total", "Heartbeat messages taken from the subscription."),
-		applied:        d("reports_applied_total", "Reports merged into the state."),
-		acked:          d("acks_total", "Acknowledgements sent for reports sent as requests."),
-		rejected:       d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
-		published:      d("publishes_total", "Aggregates published on the state subject."),
-		publishErrors:  d("publish_errors_total", "Aggregates that could not be published."),
-		gets:           d("gets_total", "Get requests answered with the aggregate."),
-		getErrors:      d("get_errors_total", "Get requests answered with an error."),
-		dropped:        d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
-		connected:      d("nats_connected", "1 while the NATS connection is up."),
-		reconnects:     d("nats_reconnects_total", "NATS reconnections."),
-		info:           d("build_info", "The worker's version.", "version"),
-		evicted:        d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
-		revision:       d("revision", "Current revision of the state."),
-		nodes:          d("nodes", "Nodes in the aggregate."),
-		flows:          d("flows", "Flows in the aggregate."),
-		aggregateBytes: d("aggregate_bytes", "Size of the last msgpack encoding of the aggregate."),
-		storeAvailable: d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
-		publisher:      d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
-		ready:          d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
-		disconnects:    d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
-		deltas:         d("deltas_published_total", "Deltas published on the delta subject (protocol v2), resync deltas included."),
-		deltaResyncs:   d("delta_resyncs_total", "Resync deltas published: deltas that tell clients to take a snapshot."),
-		deltaBytes:     d("delta_bytes", "Body size of the last delta published."),
-		chunkedGets:    d("chunked_gets_total", "Get requests answered in chunks (Flow-State-Chunks: 1)."),
-		chunksSent:     d("chunks_sent_total", "Chunks sent answering chunked gets."),
-		slowDropped:    d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
+		worker:          w,
+		nc:              nc,
+		js:              js,
+		mgr:             mgr,
+		received:        d("reports_received_total", "Heartbeat messages taken from the subscription."),
+		applied:         d("reports_applied_total", "Reports merged into the state."),
+		acked:           d("acks_total", "Acknowledgements sent for reports sent as requests."),
+		rejected:        d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
+		published:       d("publishes_total", "Aggregates published on the state subject."),
+		publishErrors:   d("publish_errors_total", "Aggregates that could not be published."),
+		gets:            d("gets_total", "Get requests answered with the aggregate."),
+		getErrors:       d("get_errors_total", "Get requests answered with an error."),
+		dropped:         d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
+		connected:       d("nats_connected", "1 while the NATS connection is up."),
+		reconnects:      d("nats_reconnects_total", "NATS reconnections."),
+		info:            d("build_info", "The worker's version.", "version"),
+		evicted:         d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
+		revision:        d("revision", "Current revision of the state."),
+		nodes:           d("nodes", "Nodes in the aggregate."),
+		flows:           d("flows", "Flows in the aggregate."),
+		aggregateBytes:  d("aggregate_bytes", "Size of the last msgpack encoding of the aggregate."),
+		storeAvailable:  d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
+		publisher:       d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
+		ready:           d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
+		disconnects:     d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
+		deltas:          d("deltas_published_total", "Deltas published on the delta subject (protocol v2), resync deltas included."),
+		deltaResyncs:    d("delta_resyncs_total", "Resync deltas published: deltas that tell clients to take a snapshot."),
+		deltaBytes:      d("delta_bytes", "Body size of the last delta published."),
+		chunkedGets:     d("chunked_gets_total", "Get requests answered in chunks (Flow-State-Chunks: 1)."),
+		chunksSent:      d("chunks_sent_total", "Chunks sent answering chunked gets."),
+		prefixConflict:  d("prefix_conflict", "1 while the last look found a worker of this prefix with another state (a memory worker, or another bucket)."),
+		prefixConflicts: d("prefix_conflicts_total", "Workers of this prefix with another state found, each counted once."),
+		prefixUnknown:   d("prefix_unknown_workers", "Workers of this prefix that do not say which state they serve (older versions), at the last look."),
+		slowDropped:     d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
 	}
 }
 
@@ -77,7 +85,16 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 // collectEvents sends the connection's disconnections, the worker's
 // readiness and the per-flow metrics.
 func (c *statsCollector) collectEvents(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, bit(c.worker.Ready() == nil))
+	ready := c.worker.Ready
+	if c.readiness != nil {
+		ready = c.readiness
+	}
+	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, bit(ready() == nil))
+	if p := c.prefix; p != nil {
+		ch <- prometheus.MustNewConstMetric(c.prefixConflict, prometheus.GaugeValue, bit(p.conflict.Load()))
+		ch <- prometheus.MustNewConstMetric(c.prefixConflicts, prometheus.CounterValue, float64(p.conflicts.Load()))
+		ch <- prometheus.MustNewConstMetric(c.prefixUnknown, prometheus.GaugeValue, float64(p.unknown.Load()))
+	}
 	if c.events != nil {
 		byCause, slow := c.events.counts()
 		for cause, n := range byCause {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,19 @@ const embeddedMaxPayload = 8 << 20
 // embeddedStartTimeout bounds the wait for the embedded server to listen.
 const embeddedStartTimeout = 10 * time.Second
 
+// The embedded server's liveness settings, those the README gives for an
+// external server: a client that stops answering pings (a stalled link, a
+// paused process) is closed after serverPingMax unanswered pings
+// serverPingInterval apart, within about 20 s, and one whose socket takes
+// no bytes for serverWriteDeadline too, so that a deaf worker's
+// subscription leaves the queue group and its share of the reports goes
+// to the other workers.
+const (
+	serverPingInterval  = 5 * time.Second
+	serverPingMax       = 2
+	serverWriteDeadline = 10 * time.Second
+)
+
 // startEmbedded starts an in-process NATS server listening on listen
 // (host:port; port 0 picks a free port), logging through log, and waits
 // until it takes connections. A port already taken fails at once.
@@ -40,7 +54,8 @@ func startEmbedded(listen string, log *slog.Logger) (*server.Server, error) {
 		// address first, to fail at once with it.
 		ln, err := net.Listen("tcp", listen)
 		if err != nil {
-			return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w", listen, err)
+			there := net.JoinHostPort(cmp.Or(host, "127.0.0.1"), portStr)
+			return nil, fmt.Errorf("embedded NATS server: cannot listen on %s: %w; give --listen 127.0.0.1:0 for any free port, or --nats-url nats://%s to use the NATS server there", listen, err, there)
 		}
 		ln.Close()
 	}
@@ -54,7 +69,10 @@ func startEmbedded(listen string, log *slog.Logger) (*server.Server, error) {
 		// The aggregate grows by about 32 bytes a flow (JSON: 70); 8 MiB
 		// holds some 100,000 flows where NATS's default 1 MiB stops near
 		// 30,000. An external server's max_payload is its operator's.
-		MaxPayload: embeddedMaxPayload,
+		MaxPayload:    embeddedMaxPayload,
+		PingInterval:  serverPingInterval,
+		MaxPingsOut:   serverPingMax,
+		WriteDeadline: serverWriteDeadline,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS server: %w", err)

@@ -39,7 +39,7 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 	}
 	m.storeNC = snc
 	js, err := jetstream.Open(ctx, snc.Conn, cfg)
-	if errors.Is(err, jetstream.ErrServerTooOld) {
+	if errors.Is(err, jetstream.ErrServerTooOld) || errors.Is(err, jetstream.ErrNotEnabled) {
 		return nil, fmt.Errorf("--kv jetstream: %w", err)
 	}
 	if errors.Is(err, jetstream.ErrIncompatibleBucket) {
@@ -49,8 +49,9 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
 	}
 	m.store = js
+	m.storeReady = storeReadiness(snc, js.Available)
 	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{
-		ID: workerID(), Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
+		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
 	})
 	if err != nil {
 		return nil, err
@@ -59,6 +60,9 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 	m.mgr, m.state, m.replicaStop, m.replicaDone = replica, replica, stop, make(chan error, 1)
 	go func() { m.replicaDone <- replica.Run(runCtx) }()
 	if err := replica.WaitLoaded(ctx); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("its content was not read within %v (%w): JetStream is slow or the bucket's stream has no leader; see the lines above", jetStreamStartTimeout, err)
+		}
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err) // Close stops the replica
 	}
 	return replica, nil

@@ -42,6 +42,11 @@
 //   - snapshot: 1,000,000 flows (100 nodes x 10,000) read by client.Get and
 //     by `worker get` in chunks within the default 1 MB max payload, timed,
 //     with the worker's CPU per chunk (snapshot.go).
+//   - fanout, fanout-5s: 300 slow subscribers of flow.state (256 KB/s each)
+//     of a 10,000-flow aggregate with 10 nodes reporting per 100 ms, on a
+//     nats-server of their own (max_pending 8 MB): the server's RSS, the
+//     subscribers it closed and the ack latency, with the worker's defaults
+//     and with --full-interval 5s (fanout.go).
 //
 // Every run ends with a check of the worker's aggregate against each
 // node's last acknowledged report (internal/loadgen): it must be exact

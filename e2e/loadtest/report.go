@@ -99,6 +99,8 @@ func ackSummary(r runResult) (latency.Summary, bool) {
 		return r.acked.res.Latency, true
 	case r.ingest != nil:
 		return r.ingest.acks.Latency, true
+	case r.fanout != nil:
+		return r.fanout.res.Latency, true
 	}
 	return latency.Summary{}, false
 }
@@ -251,6 +253,7 @@ func checkTargets(cfg config, results []scenarioResult) []target {
 	out = append(out, deltaTargets(find)...)
 	out = append(out, followTargets(find)...)
 	out = append(out, snapshotTargets(find)...)
+	out = append(out, fanoutTargets(find)...)
 	for i := range out {
 		if out[i].verdict == "" {
 			out[i].verdict, out[i].detail = "not run", "scenario not measured"

@@ -82,6 +82,15 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 			a.res.Acked, a.res.Failed, secs(a.res.Elapsed), dur(lat.P50), dur(lat.P99), dur(lat.Max), a.check)
 		return r, nil
 	}
+	if sc.kind == kindFanout {
+		f, err := lt.runFanout(ctx, sc)
+		if err != nil {
+			return r, err
+		}
+		r.fanout = &f
+		lt.logf("  run %d: %s", i+1, f)
+		return r, nil
+	}
 	if sc.kind == kindFlood {
 		raw, err := measureRaw(ctx, lt.nats, lt.natsURL, sc, lt.cfg.duration)
 		if err != nil {

@@ -18,6 +18,7 @@ const (
 	kindDelta                // bytes of delta against full updates (delta.go)
 	kindFollow               // a frontend following deltas against flow.state (follow.go)
 	kindSnapshot             // a 1,000,000-flow snapshot in chunks (snapshot.go)
+	kindFanout               // slow subscribers of the full updates (fanout.go)
 )
 
 // scenario is one line of the summary.
@@ -48,12 +49,13 @@ var defaultScenarios = []scenario{
 const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss,delta,follow-1k,follow-10k,acked,js-r1,js-r3"
 
 // pendingScenarioNames are the scenarios run only when named: the
-// 1,000,000-flow snapshot, which holds a large state for a while.
-const pendingScenarioNames = "snapshot"
+// 1,000,000-flow snapshot, which holds a large state for a while, and the
+// fan-out, whose server holds up to 2.4 GB.
+const pendingScenarioNames = "snapshot,fanout,fanout-5s"
 
 // named returns the scenario of --scenarios called name, if there is one.
 func named(name string) (scenario, bool) {
-	for _, d := range slices.Concat(defaultScenarios, ackedScenarios, []scenario{snapshotScenario}) {
+	for _, d := range slices.Concat(defaultScenarios, ackedScenarios, []scenario{snapshotScenario}, fanoutScenarios) {
 		if d.name == name {
 			return d, true
 		}
@@ -104,6 +106,8 @@ func (s scenario) label(cfg config) string {
 		return fmt.Sprintf("%s %dx%d @%d/s", s.name, s.nodes, s.flows, deltaRate)
 	case kindSnapshot:
 		return fmt.Sprintf("snapshot %dx%d", s.nodes, s.flows)
+	case kindFanout:
+		return fmt.Sprintf("%s %dx%d, %d slow subscribers", s.name, s.nodes, s.flows, fanoutSubscribers)
 	}
 	return s.name
 }
@@ -118,6 +122,7 @@ type runResult struct {
 	delta    *deltaResult
 	follow   *followResult
 	snapshot *snapshotResult
+	fanout   *fanoutResult
 }
 
 // check returns the check of the run's final aggregate; nil if none.
@@ -135,6 +140,8 @@ func (r runResult) check() *aggCheck {
 		return &r.follow.check
 	case r.snapshot != nil:
 		return &r.snapshot.check
+	case r.fanout != nil:
+		return &r.fanout.check
 	}
 	return nil
 }

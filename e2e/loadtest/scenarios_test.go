@@ -19,6 +19,7 @@ func TestPendingScenariosRunOnlyWhenNamed(t *testing.T) {
 	var kinds []kind
 	for _, sc := range all {
 		assert.NotEqual(t, kindSnapshot, sc.kind, sc.name)
+		assert.NotEqual(t, kindFanout, sc.kind, sc.name)
 		kinds = append(kinds, sc.kind)
 	}
 	assert.Contains(t, kinds, kindAcked, "make bench compares the JetStream backend with the memory one")
@@ -30,7 +31,8 @@ func TestPendingScenariosRunOnlyWhenNamed(t *testing.T) {
 	for _, sc := range named {
 		names = append(names, sc.name)
 	}
-	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "snapshot", "get", "50x2"}, names)
+	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "snapshot", "fanout", "fanout-5s", "get", "50x2"}, names)
+	assert.Equal(t, []string{"--full-interval", "5s"}, named[5].workerArgs)
 	assert.Equal(t, 3, named[2].backend.servers)
 	withAll, err := parseScenarios("all,snapshot")
 	require.NoError(t, err)

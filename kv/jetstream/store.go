@@ -88,14 +88,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, s.markDown, s.lastEpoch); err != nil {
 		return nil, err
 	}
+	if err := s.checkEnabled(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	var last error // the last failure that was not ctx's end
 	for {
 		err = s.ensureBucket(ctx, true)
 		if err == nil {
 			err = s.checkFencing(ctx)
 		}
-		if err == nil || !errors.Is(err, kv.ErrUnavailable) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, kv.ErrUnavailable) {
 			break
 		}
+		if ctx.Err() != nil {
+			err = waitedFor(ctx, err, last, s.nc.IsConnected())
+			break
+		}
+		last = err
 		s.log.Warn("JetStream not available yet, retrying", slog.String("bucket", cfg.Bucket), slog.Any("err", err))
 		select {
 		case <-ctx.Done():
@@ -107,6 +117,19 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// waitedFor is the error of an Open whose ctx ended while JetStream was
+// unavailable: it names the last real reason, not only ctx's end, and
+// whether the connection was up at all.
+func waitedFor(ctx context.Context, err, last error, connected bool) error {
+	if last == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if !connected {
+		return fmt.Errorf("JetStream not available in time (%w): not connected to NATS; the last reason: %w", ctx.Err(), last)
+	}
+	return fmt.Errorf("JetStream not available in time (%w); the last reason: %w", ctx.Err(), last)
 }
 
 // Bucket returns the bucket's name.

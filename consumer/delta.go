@@ -10,12 +10,13 @@ import (
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // deltaSource is what publishing deltas needs of the state driver: the
-// flows that changed since its previous call (flowstate.Delta).
+// flows that changed since its previous call (state.Delta).
 type deltaSource interface {
-	Delta(ctx context.Context, dst []flowstate.Flow) (flowstate.Delta, error)
+	Delta(ctx context.Context, dst []flowstate.Flow) (state.Delta, error)
 }
 
 // v2State is the worker's state for <prefix>.state.delta. Its fields are

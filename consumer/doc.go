@@ -2,7 +2,7 @@
 // reports that flownodes send, publishes the aggregate to frontends and
 // answers their gets and node-view requests, as PROTOCOL.md describes. It
 // knows NATS and the flowstate domain types; the state itself is behind the
-// small State interface declared here (a flowstate.Manager, or a replica of
+// small State interface declared here (a state.Manager, or a replica of
 // a store shared by several workers), and cmd/worker wires the two.
 //
 // What it owns:
@@ -24,7 +24,7 @@
 //     aggregate key keep PublishInterval): at most one per FullInterval,
 //     and the last change always, once due. Its own reports signal changes;
 //     a replica signals the changes of other workers' reports with Changed,
-//     which never blocks. Where State.Flush answers flowstate.ErrNotPublisher
+//     which never blocks. Where State.Flush answers state.ErrNotPublisher
 //     (another worker holds the publisher lease), nothing is published.
 //   - The micro service "flowstate" ($SRV.PING, $SRV.INFO, $SRV.STATS;
 //     its metadata names the prefix and what Config.Metadata adds) with
@@ -40,7 +40,7 @@
 //   - One error path. Handlers return errors; one function (fail, in
 //     errors.go) turns an error into a code (400 bad input, 413 too large,
 //     503 unavailable or shutting down, 507 a capacity limit
-//     (flowstate.ErrCapacity), 500 anything else), an error reply with the
+//     (state.ErrCapacity), 500 anything else), an error reply with the
 //     service error headers, a counter by reason and one log line with fixed
 //     keys (subject, node_id, reason, code, err). Every log line a remote
 //     peer can trigger goes through one rate-limiter (logThrottled, on

@@ -15,18 +15,19 @@ import (
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
-	state := newFakeState()
-	state.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+	fake := newFakeState()
+	fake.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 		if nodeID == 9 {
-			return flowstate.MergeResult{}, &flowstate.CapacityError{Limit: flowstate.LimitMaxNodes, Max: 1, Would: 2}
+			return state.MergeResult{}, &state.CapacityError{Limit: state.LimitMaxNodes, Max: 1, Would: 2}
 		}
-		return state.State.MergeFlows(ctx, nodeID, flows)
+		return fake.State.MergeFlows(ctx, nodeID, flows)
 	}
 	var logs logSink
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 	before, revBefore, _ := get(t, f.nc, true)
 
@@ -51,10 +52,10 @@ func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
 // floods it past its queue, and checks that the flood was dropped and
 // counted and that a get sent after it is answered.
 func TestGetFloodIsDroppedAndALegitimateGetIsAnswered(t *testing.T) {
-	state := newFakeState()
+	fake := newFakeState()
 	entered, gate := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
-	state.sync = func(ctx context.Context) error {
+	fake.sync = func(ctx context.Context) error {
 		if first.CompareAndSwap(false, true) {
 			close(entered)
 			select {
@@ -66,7 +67,7 @@ func TestGetFloodIsDroppedAndALegitimateGetIsAnswered(t *testing.T) {
 		return nil
 	}
 	const queue, flood = 8, 2000
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0, EndpointPendingMsgs: queue})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, EndpointPendingMsgs: queue})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 
 	inbox := nats.NewInbox()
@@ -173,21 +174,21 @@ func TestCutKeepsWholeRunes(t *testing.T) {
 // on the held report when its apply budget is spent, drops the rest unanswered
 // and counts them, and returns within its context.
 func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
-	state := newFakeState()
+	fake := newFakeState()
 	entered := make(chan struct{})
-	state.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+	fake.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 		if nodeID != 999 {
-			return state.State.MergeFlows(ctx, nodeID, flows)
+			return fake.State.MergeFlows(ctx, nodeID, flows)
 		}
 		close(entered)
 		select {
 		case <-ctx.Done():
-			return flowstate.MergeResult{}, fmt.Errorf("store: %w", ctx.Err())
+			return state.MergeResult{}, fmt.Errorf("store: %w", ctx.Err())
 		case <-time.After(wait):
-			return flowstate.MergeResult{}, fmt.Errorf("store: never cancelled")
+			return state.MergeResult{}, fmt.Errorf("store: never cancelled")
 		}
 	}
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
 	updates, err := f.nc.SubscribeSync("flow.state")
 	require.NoError(t, err)
 	require.NoError(t, f.nc.Flush())
@@ -236,13 +237,13 @@ func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
 // TestChangedPublishesAChangeMadeBehindTheWorker is what a replica of a
 // shared store does: it merges another worker's report, then calls Changed.
 func TestChangedPublishesAChangeMadeBehindTheWorker(t *testing.T) {
-	state := newFakeState()
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	fake := newFakeState()
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
 	updates, err := f.nc.SubscribeSync("flow.state")
 	require.NoError(t, err)
 	require.NoError(t, f.nc.Flush())
 
-	res, err := state.MergeFlows(context.Background(), 4, []flowstate.Flow{flow(1, 3, 3)})
+	res, err := fake.MergeFlows(context.Background(), 4, []flowstate.Flow{flow(1, 3, 3)})
 	require.NoError(t, err)
 	f.worker.Changed()
 	msg, err := updates.NextMsg(wait)
@@ -251,26 +252,26 @@ func TestChangedPublishesAChangeMadeBehindTheWorker(t *testing.T) {
 }
 
 func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T) {
-	state := newFakeState()
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	fake := newFakeState()
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 	for range 2 {
 		msg, err := f.nc.Request("flow.state.nodes", nil, wait)
 		require.NoError(t, err)
 		require.Empty(t, msg.Header.Get(protocol.HeaderError))
 	}
-	assert.EqualValues(t, 1, state.nodeCalls.Load(), "one copy per version")
+	assert.EqualValues(t, 1, fake.nodeCalls.Load(), "one copy per version")
 	ack(t, f.nc, 2, report(2))
 	_, err := f.nc.Request("flow.state.nodes", nil, wait)
 	require.NoError(t, err)
-	assert.EqualValues(t, 2, state.nodeCalls.Load(), "a new version is copied again")
+	assert.EqualValues(t, 2, fake.nodeCalls.Load(), "a new version is copied again")
 
-	state.size = func() (int, int) { return 10_000_000, 0 }
+	fake.size = func() (int, int) { return 10_000_000, 0 }
 	msg, err := f.nc.Request("flow.state.nodes", nil, wait)
 	require.NoError(t, err)
 	assert.Equal(t, "413", msg.Header.Get(protocol.HeaderErrorCode))
 	assert.Contains(t, msg.Header.Get(protocol.HeaderError), "node view of at least")
-	assert.EqualValues(t, 2, state.nodeCalls.Load(), "refused without a copy")
+	assert.EqualValues(t, 2, fake.nodeCalls.Load(), "refused without a copy")
 	assert.EqualValues(t, 1, f.worker.Stats().RequestErrors["nodes/too_large"])
 }
 
@@ -279,15 +280,15 @@ func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T)
 // read barrier failed) answers 503 instead of a state that may be older
 // than an ack, and answers again once the barrier holds.
 func TestGetWhoseReadBarrierFailsAnswers503(t *testing.T) {
-	state := newFakeState()
+	fake := newFakeState()
 	var failing atomic.Bool
-	state.sync = func(context.Context) error {
+	fake.sync = func(context.Context) error {
 		if failing.Load() {
 			return fmt.Errorf("the watch has not reached revision 9: %w", context.DeadlineExceeded)
 		}
 		return nil
 	}
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 
 	failing.Store(true)

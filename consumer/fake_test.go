@@ -17,23 +17,24 @@ import (
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // fakeState is a Manager whose methods a test may replace, to make the
 // state refuse, block or count.
 type fakeState struct {
 	consumer.State
-	merge     func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error)
+	merge     func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error)
 	sync      func(ctx context.Context) error
 	size      func() (nodes, flows int)
 	nodeCalls atomic.Int64
 }
 
 func newFakeState() *fakeState {
-	return &fakeState{State: flowstate.NewManager(kv.NewMemory(), flowstate.Options{})}
+	return &fakeState{State: state.NewManager(kv.NewMemory(), state.Options{})}
 }
 
-func (s *fakeState) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+func (s *fakeState) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 	if s.merge != nil {
 		return s.merge(ctx, nodeID, flows)
 	}
@@ -54,7 +55,7 @@ func (s *fakeState) Size() (nodes, flows int) {
 	return s.State.Size()
 }
 
-func (s *fakeState) Nodes(ctx context.Context) ([]flowstate.NodeInfo, flowstate.Version, error) {
+func (s *fakeState) Nodes(ctx context.Context) ([]state.NodeInfo, flowstate.Version, error) {
 	s.nodeCalls.Add(1)
 	return s.State.Nodes(ctx)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // handleHeartbeat applies one report. The client library calls it from one
@@ -31,7 +32,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 		return
 	}
 	node, hasNode, flows, err := w.decodeReport(msg)
-	var res flowstate.MergeResult
+	var res state.MergeResult
 	if err == nil {
 		res, err = w.mgr.MergeFlows(w.ctx, w.report.NodeID, flows)
 	}
@@ -40,7 +41,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 
 // answer acknowledges a report applied, or answers why it was not.
 func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint64, hasNodeEpoch bool,
-	start time.Time, res flowstate.MergeResult, err error) {
+	start time.Time, res state.MergeResult, err error) {
 	if err != nil {
 		v := w.failReport(msg, node, hasNode, err)
 		w.deadLetter(msg, v)
@@ -77,7 +78,7 @@ func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 // replica's result) or with one before start (a Manager's Options.Now that
 // is not the clock), it reads the clock. The worker's Manager uses the
 // clock (time.Now).
-func appliedSince(start time.Time, res flowstate.MergeResult) time.Duration {
+func appliedSince(start time.Time, res state.MergeResult) time.Duration {
 	if res.Applied.IsZero() || res.Applied.Before(start) {
 		return time.Since(start)
 	}

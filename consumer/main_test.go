@@ -16,6 +16,7 @@ import (
 	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestMain(m *testing.M) {
@@ -55,7 +56,7 @@ type fixture struct {
 func startWorker(tb testing.TB, srv *server.Server, cfg consumer.Config) *fixture {
 	tb.Helper()
 	store := kv.NewMemory()
-	mgr := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: cfg.PublishInterval > 0})
+	mgr := state.NewManager(store, state.Options{DeferAggregateWrite: cfg.PublishInterval > 0})
 	f := startWorkerOn(tb, srv, mgr, cfg)
 	f.store = store
 	return f

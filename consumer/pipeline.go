@@ -7,10 +7,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // pipelined is a State that takes a report without waiting for it to be
-// stored (a flowstate.Replica of a shared store): the heartbeat goroutine
+// stored (a state.Replica of a shared store): the heartbeat goroutine
 // submits, and a completion stage waits and answers, so that up to Window
 // writes are in flight. A State without it (a Manager) applies each report
 // on the heartbeat goroutine.
@@ -18,12 +19,12 @@ type pipelined interface {
 	// Submit checks a report and sends its write; the Pending's Wait says
 	// when it is stored and applied, as MergeFlows would have returned.
 	// Writes are stored in the order of the calls.
-	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (*flowstate.Pending, error)
+	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (*state.Pending, error)
 	// Window is how many reports may be in flight.
 	Window() int
 }
 
-var _ pipelined = (*flowstate.Replica)(nil)
+var _ pipelined = (*state.Replica)(nil)
 
 // inflight is a report between intake and its answer.
 type inflight struct {
@@ -33,8 +34,8 @@ type inflight struct {
 	nodeEpoch    uint64
 	hasNodeEpoch bool
 	start        time.Time
-	pending      *flowstate.Pending // nil if err is set
-	err          error              // refused before its write
+	pending      *state.Pending // nil if err is set
+	err          error          // refused before its write
 }
 
 // pipeline is the completion stage: it answers the reports in arrival
@@ -98,7 +99,7 @@ func (w *Worker) runPipeline() {
 
 // complete waits for a report's write and answers it.
 func (w *Worker) complete(it inflight) {
-	var res flowstate.MergeResult
+	var res state.MergeResult
 	err := it.err
 	if it.pending != nil {
 		res, err = it.pending.Wait(w.ctx)

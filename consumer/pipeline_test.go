@@ -14,6 +14,7 @@ import (
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // These tests run the worker on a Replica of the shared in-memory store:
@@ -22,9 +23,9 @@ import (
 
 // startReplica runs a Replica of mem until it is loaded; Cleanup stops it,
 // after the worker (cleanups run last first).
-func startReplica(tb testing.TB, mem *kv.SharedMemory, window int) *flowstate.Replica {
+func startReplica(tb testing.TB, mem *kv.SharedMemory, window int) *state.Replica {
 	tb.Helper()
-	r, err := flowstate.NewReplica(mem, flowstate.ReplicaOptions{Window: window, ApplyTimeout: wait})
+	r, err := state.NewReplica(mem, state.ReplicaOptions{Window: window, ApplyTimeout: wait})
 	require.NoError(tb, err)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // coalescer turns a stream of "the aggregate changed" signals into calls of
@@ -106,7 +107,7 @@ func (w *Worker) publishState() {
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
 	ctx := w.pubCtx
-	if err := w.mgr.Flush(ctx); errors.Is(err, flowstate.ErrNotPublisher) {
+	if err := w.mgr.Flush(ctx); errors.Is(err, state.ErrNotPublisher) {
 		// Another worker of a shared store publishes; when this one
 		// publishes again, its first delta makes clients resync.
 		w.v2.notPublisher = true

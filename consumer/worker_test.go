@@ -16,6 +16,7 @@ import (
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestWorkerAcksAfterApplyingSoGetSeesTheReport(t *testing.T) {
@@ -222,7 +223,7 @@ func TestWorkerSurvivesABurstBeyondItsPendingLimits(t *testing.T) {
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
 	nc := &nats.Conn{}
-	mgr := flowstate.NewManager(nil, flowstate.Options{})
+	mgr := state.NewManager(nil, state.Options{})
 	for _, cfg := range []consumer.Config{
 		{Prefix: "a.*"}, {Prefix: "a..b"}, {Queue: "q.x"}, {PublishInterval: -1}, {MaxFlows: -1},
 	} {

@@ -18,6 +18,13 @@ type FlowStateValue struct {
 	StartTimeMap    map[FlowID]int64
 }
 
+// Version names a state: the epoch of its lineage and its revision within it.
+// Revision 0 means that no report has been merged in this epoch.
+type Version struct {
+	Epoch    string
+	Revision uint64
+}
+
 // Fields says which of a Flow's three values are present.
 type Fields uint8
 
@@ -42,13 +49,13 @@ type Flow struct {
 
 // Flows returns v as a list of flows sorted by ID.
 func (v FlowStateValue) Flows() []Flow {
-	return v.appendFlows(nil, make(map[FlowID]int, len(v.StateSize)))
+	return v.AppendFlows(nil, make(map[FlowID]int, len(v.StateSize)))
 }
 
-// appendFlows appends v's flows to dst, sorted by ID, using index (which it
+// AppendFlows appends v's flows to dst, sorted by ID, using index (which it
 // clears) to join the three maps. It does not allocate when dst and index are
 // large enough.
-func (v FlowStateValue) appendFlows(dst []Flow, index map[FlowID]int) []Flow {
+func (v FlowStateValue) AppendFlows(dst []Flow, index map[FlowID]int) []Flow {
 	clear(index)
 	base := len(dst)
 	at := func(id FlowID) *Flow {

@@ -25,6 +25,7 @@
 // (Run) and every Shared store (RunShared) passes.
 //
 // It owns the interfaces and the in-memory stores only: what the keys mean
-// is package flowstate's, the publisher lease package lease's, and nats.go
-// package kv/jetstream's. It imports nothing but the standard library.
+// is package state's (the values' stored form package flowstate's), the
+// publisher lease package lease's, and nats.go package kv/jetstream's. It
+// imports nothing but the standard library.
 package kv

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -73,8 +73,8 @@ type Main struct {
 	storeNC *natsConn // --kv jetstream: the store's own connection
 	worker  *consumer.Worker
 	store   kv.Store
-	state   consumer.State     // the state the worker serves
-	mgr     *flowstate.Replica // with a shared store, or nil
+	state   consumer.State // the state the worker serves
+	mgr     *state.Replica // with a shared store, or nil
 	metrics *metricsServer
 
 	workerRef   atomic.Pointer[consumer.Worker] // the worker, for the replica's OnChange

@@ -5,8 +5,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // statsCollector exposes a worker's counters and its connection's state as
@@ -14,11 +14,11 @@ import (
 type statsCollector struct {
 	worker *consumer.Worker
 	nc     *nats.Conn
-	js     *jetstream.Store   // nil unless --kv jetstream
-	mgr    *flowstate.Replica // with a shared store, or nil
-	events *natsEvents        // the connection's disconnections, or nil
-	flowsC *flowsCollector    // per-flow metrics (--metrics-flows), or nil
-	prefix *prefixWatch       // the other workers of the prefix, or nil
+	js     *jetstream.Store // nil unless --kv jetstream
+	mgr    *state.Replica   // with a shared store, or nil
+	events *natsEvents      // the connection's disconnections, or nil
+	flowsC *flowsCollector  // per-flow metrics (--metrics-flows), or nil
+	prefix *prefixWatch     // the other workers of the prefix, or nil
 	// readiness is what /readyz answers from; nil: the worker's own.
 	readiness func() error
 
@@ -36,7 +36,7 @@ type statsCollector struct {
 	prefixUnknown                      *prometheus.Desc
 }
 
-func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *flowstate.Replica) *statsCollector {
+func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *state.Replica) *statsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}

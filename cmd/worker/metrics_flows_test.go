@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestLargestFlowsMatchesAFullSort(t *testing.T) {
@@ -52,7 +53,7 @@ func cmpUint(a, b uint64) int {
 
 func TestFlowsCollectorExportsTheLargestFlowsAtThePublishCadence(t *testing.T) {
 	ctx := context.Background()
-	mgr := flowstate.NewManager(kv.NewMemory(), flowstate.Options{})
+	mgr := state.NewManager(kv.NewMemory(), state.Options{})
 	merge := func(node uint64, flows ...flowstate.Flow) {
 		t.Helper()
 		_, err := mgr.MergeFlows(ctx, node, flows)

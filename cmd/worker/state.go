@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // jetStreamStartTimeout bounds the wait for JetStream at start-up.
@@ -23,7 +23,7 @@ const jetStreamStartTimeout = 15 * time.Second
 func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error) {
 	if m.Config.KV != "jetstream" {
 		m.store = kv.NewMemory()
-		m.state = flowstate.NewManager(m.store, flowstate.Options{
+		m.state = state.NewManager(m.store, state.Options{
 			DeferAggregateWrite: m.Config.PublishInterval > 0,
 			Limits:              m.Config.limits(),
 		})
@@ -50,7 +50,7 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 	}
 	m.store = js
 	m.storeReady = storeReadiness(snc, js.Available)
-	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{
+	replica, err := state.NewReplica(js, state.ReplicaOptions{
 		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
 	})
 	if err != nil {
@@ -112,4 +112,4 @@ func (m *Main) stopReplica(ctx context.Context) error {
 }
 
 // The JetStream store takes the replica's writes in flight.
-var _ flowstate.AsyncPutter = (*jetstream.Store)(nil)
+var _ state.AsyncPutter = (*jetstream.Store)(nil)

@@ -282,7 +282,7 @@ func (a *asyncPuts) close() {
 	a.fail(a.endAll(nil, func(*putSlot) bool { return true }), errStoreClosed, false)
 }
 
-// PutAsync implements flowstate.AsyncPutter: it publishes a put of key to
+// PutAsync implements state.AsyncPutter: it publishes a put of key to
 // the bucket's stream and calls done with the stream's answer, within
 // OpTimeout. At most Window puts are in flight: it blocks past that, until
 // ctx ends. Nothing is published while the connection is down or while a

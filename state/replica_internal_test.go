@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/kv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // newTestReplica returns a Replica fed events by hand: no store is
@@ -19,11 +21,11 @@ func newTestReplica(t *testing.T) *Replica {
 }
 
 func put(node uint64, seq uint64, exact bool, lastExec int64) kv.Event {
-	v := FlowStateValue{LastExecTimeMap: map[FlowID]int64{FlowID(node): lastExec}}
-	return kv.Event{Op: kv.OpPut, Key: NodeKey(node), Value: v.Encode(), Revision: kv.Revision{Epoch: "e1", Seq: seq}, Exact: exact}
+	v := flowstate.FlowStateValue{LastExecTimeMap: map[flowstate.FlowID]int64{flowstate.FlowID(node): lastExec}}
+	return kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(node), Value: v.Encode(), Revision: kv.Revision{Epoch: "e1", Seq: seq}, Exact: exact}
 }
 
-func served(t *testing.T, r *Replica) (map[FlowID]int64, uint64) {
+func served(t *testing.T, r *Replica) (map[flowstate.FlowID]int64, uint64) {
 	t.Helper()
 	s, err := r.Snapshot(context.Background(), nil)
 	require.NoError(t, err)
@@ -42,37 +44,37 @@ func TestReplicaServesOnlyExactStates(t *testing.T) {
 	f.apply(put(1, 3, false, 10))
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
 	got, rev := served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 10}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(3), rev)
 
 	f.apply(put(2, 4, true, 20))
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 10, 2: 20}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10, 2: 20}, got)
 	assert.Equal(t, uint64(4), rev)
 
 	// Writes 5 and 6 were replaced before the watch read them: 7 is not an
 	// exact state, so 4 stays served.
 	f.apply(put(3, 7, false, 30))
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 10, 2: 20}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10, 2: 20}, got)
 	assert.Equal(t, uint64(4), rev)
 	assert.False(t, f.servedLocked(7))
 
 	// The watch caught up.
 	f.apply(put(1, 9, true, 11))
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 11, 2: 20, 3: 30}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 11, 2: 20, 3: 30}, got)
 	assert.Equal(t, uint64(9), rev)
 	assert.True(t, f.servedLocked(9))
 
 	// A deletion removes the node's flows.
-	f.apply(kv.Event{Op: kv.OpDelete, Key: NodeKey(2), Revision: kv.Revision{Epoch: "e1", Seq: 10}, Exact: true})
+	f.apply(kv.Event{Op: kv.OpDelete, Key: flowstate.NodeKey(2), Revision: kv.Revision{Epoch: "e1", Seq: 10}, Exact: true})
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 11, 3: 30}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 11, 3: 30}, got)
 	assert.Equal(t, uint64(10), rev)
 
 	// Keys that are not nodes' advance the watch, not the revision.
-	f.apply(kv.Event{Op: kv.OpPut, Key: StateKey, Value: []byte("{}"), Revision: kv.Revision{Epoch: "e1", Seq: 11}, Exact: true})
+	f.apply(kv.Event{Op: kv.OpPut, Key: flowstate.StateKey, Value: []byte("{}"), Revision: kv.Revision{Epoch: "e1", Seq: 11}, Exact: true})
 	_, rev = served(t, f)
 	assert.Equal(t, uint64(10), rev)
 	assert.True(t, f.servedLocked(11))
@@ -88,14 +90,14 @@ func TestReplicaRereadKeepsServing(t *testing.T) {
 
 	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
 	got, rev := served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 10}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(3), rev)
 	f.apply(put(1, 5, false, 12))
 	got, _ = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 10}, got, "still the last exact state")
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got, "still the last exact state")
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 5}, Exact: true})
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 12}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 12}, got)
 	assert.Equal(t, uint64(5), rev)
 
 	// A pass that reads a stream behind what was served (revision 5) keeps
@@ -104,12 +106,12 @@ func TestReplicaRereadKeepsServing(t *testing.T) {
 	f.apply(put(1, 3, false, 10))
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 12}, got, "not the state at revision 3 labelled 5")
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 12}, got, "not the state at revision 3 labelled 5")
 	assert.Equal(t, uint64(5), rev)
 	f.apply(put(1, 5, true, 12))
 	f.apply(put(2, 6, true, 20))
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 12, 2: 20}, got, "caught up")
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 12, 2: 20}, got, "caught up")
 	assert.Equal(t, uint64(6), rev)
 
 	// A new epoch starts over, empty at revision 0 once synced.
@@ -120,7 +122,7 @@ func TestReplicaRereadKeepsServing(t *testing.T) {
 	s, err := f.Snapshot(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Empty(t, s.Flows)
-	assert.Equal(t, Version{Epoch: "e2"}, s.Version)
+	assert.Equal(t, flowstate.Version{Epoch: "e2"}, s.Version)
 }
 
 // TestReplicaIgnoresWhatNoWorkerWrites checks that a node key in another
@@ -131,11 +133,11 @@ func TestReplicaIgnoresWhatNoWorkerWrites(t *testing.T) {
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
 	f.apply(put(1, 1, true, 10))
 	bad := put(7, 2, true, 70)
-	bad.Key = NodeKeyPrefix + "007"
+	bad.Key = flowstate.NodeKeyPrefix + "007"
 	f.apply(bad)
-	f.apply(kv.Event{Op: kv.OpPut, Key: NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	f.apply(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
 	got, rev := served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 10}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(1), rev)
 }
 
@@ -155,14 +157,14 @@ func TestReplicaDeltaWhileCatchingUp(t *testing.T) {
 	f.apply(put(3, 5, false, 30)) // held: 2 stays served
 	d, err = f.Delta(context.Background(), d.Flows)
 	require.NoError(t, err)
-	assert.Equal(t, Delta{Version: Version{Epoch: "e1", Revision: 1}, Base: 1, Flows: []Flow{}}, d)
+	assert.Equal(t, Delta{Version: flowstate.Version{Epoch: "e1", Revision: 1}, Base: 1, Flows: []flowstate.Flow{}}, d)
 
 	f.apply(put(1, 6, true, 11))
 	d, err = f.Delta(context.Background(), d.Flows)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), d.Base)
 	assert.Equal(t, uint64(6), d.Revision)
-	assert.Equal(t, []FlowID{1, 2, 3}, []FlowID{d.Flows[0].ID, d.Flows[1].ID, d.Flows[2].ID})
+	assert.Equal(t, []flowstate.FlowID{1, 2, 3}, []flowstate.FlowID{d.Flows[0].ID, d.Flows[1].ID, d.Flows[2].ID})
 }
 
 // TestReplicaLeavesOutWritesBeforeTheEpochBegan: a node write the store
@@ -175,11 +177,11 @@ func TestReplicaLeavesOutWritesBeforeTheEpochBegan(t *testing.T) {
 	f.apply(put(2, 6, false, 20))
 	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 6}, Exact: true})
 	got, rev := served(t, f)
-	assert.Equal(t, map[FlowID]int64{2: 20}, got)
+	assert.Equal(t, map[flowstate.FlowID]int64{2: 20}, got)
 	assert.Equal(t, uint64(6), rev)
 
 	f.apply(put(1, 7, true, 30))
 	got, rev = served(t, f)
-	assert.Equal(t, map[FlowID]int64{1: 30, 2: 20}, got, "the node's writes in this epoch count")
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 30, 2: 20}, got, "the node's writes in this epoch count")
 	assert.Equal(t, uint64(7), rev)
 }

@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"context"
@@ -10,19 +10,20 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestReplicaRefusesAReportPastItsLimits(t *testing.T) {
 	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, store, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 5, MaxFlows: 2}})
+	w := follow(t, store, state.ReplicaOptions{Limits: state.Limits{MaxNodes: 5, MaxFlows: 2}})
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1, 2))
 	last, err := store.LastRevision(t.Context())
 	require.NoError(t, err)
 
 	_, err = w.mgr.MergeFlows(t.Context(), 2, lastExecOf(2, 3).Flows())
-	var ce *flowstate.CapacityError
+	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, flowstate.LimitMaxTotalFlows, ce.Limit)
+	assert.Equal(t, state.LimitMaxTotalFlows, ce.Limit)
 	now, err := store.LastRevision(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, last, now, "nothing written")
@@ -41,7 +42,7 @@ func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
 		default:
 		}
 	}
-	opts := flowstate.ReplicaOptions{ID: "a", OnChange: onChange}
+	opts := state.ReplicaOptions{ID: "a", OnChange: onChange}
 	a := follow(t, store, opts)
 	require.Eventually(t, a.mgr.Publisher, followWait, time.Millisecond, "the only replica becomes the publisher")
 	select {
@@ -53,7 +54,7 @@ func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, d.Resync, "a new publisher's first delta")
 
-	b := follow(t, store, flowstate.ReplicaOptions{ID: "b"})
+	b := follow(t, store, state.ReplicaOptions{ID: "b"})
 	r := fmerge(t, b.mgr, 1, lastExecOf(1, 1, 2))
 	select {
 	case <-changes:
@@ -82,7 +83,7 @@ func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
 func TestReplicaRunEndsWithItsContext(t *testing.T) {
 	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	store.StallWatches()
-	r, err := flowstate.NewReplica(store, flowstate.ReplicaOptions{})
+	r, err := state.NewReplica(store, state.ReplicaOptions{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

@@ -1,8 +1,11 @@
-package flowstate
+package state
 
 import (
+	"cmp"
 	"iter"
 	"slices"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // Aggregate is every node's last report and, per flow, the per-field max over
@@ -14,13 +17,13 @@ import (
 // It records which flows' entries changed, for deltas (TakeChanges).
 type Aggregate struct {
 	nodes map[uint64]*aggNode
-	flows map[FlowID]*aggFlow
+	flows map[flowstate.FlowID]*aggFlow
 	order []*aggFlow // flows sorted by ID, when !stale
 	stale bool       // the set of flow ids changed since order was built
 
 	// Scratch space reused by Apply so that a steady stream of reports
 	// does not allocate.
-	spareFlows []Flow
+	spareFlows []flowstate.Flow
 	spareAggs  []*aggFlow
 	spareSlots []int32
 	free       []*aggFlow // removed entries, for reuse
@@ -30,10 +33,10 @@ type Aggregate struct {
 
 // aggNode is one node's last report.
 type aggNode struct {
-	flows []Flow     // sorted by ID, each with a field present
-	aggs  []*aggFlow // aggs[i] is the entry of flows[i]
-	slots []int32    // slots[i] is this node's index in aggs[i].contribs
-	meta  *nodeMeta  // what a Manager keeps of the node; nil in a Replica
+	flows []flowstate.Flow // sorted by ID, each with a field present
+	aggs  []*aggFlow       // aggs[i] is the entry of flows[i]
+	slots []int32          // slots[i] is this node's index in aggs[i].contribs
+	meta  *nodeMeta        // what a Manager keeps of the node; nil in a Replica
 }
 
 // aggFlow is one flow of the aggregate: every node's contribution to it and
@@ -44,7 +47,7 @@ type aggNode struct {
 // The fields a merge reads come first, the heaps (used only past
 // smallContribs contributors) last.
 type aggFlow struct {
-	agg      Flow
+	agg      flowstate.Flow
 	contribs []contrib
 	large    bool
 	mark     uint32 // recorded in changes if equal to changes.gen
@@ -54,7 +57,7 @@ type aggFlow struct {
 
 type contrib struct {
 	node *aggNode
-	flow Flow
+	flow flowstate.Flow
 	pos  [numFields]int32 // position in heaps[f], -1 if absent; when large
 }
 
@@ -70,7 +73,7 @@ const (
 	minRecord = 1024
 )
 
-var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
+var fieldBits = [numFields]flowstate.Fields{flowstate.HasStateSize, flowstate.HasLastExecTime, flowstate.HasStartTime}
 
 // changeLog records the flows whose entries changed since the last take.
 //
@@ -79,16 +82,16 @@ var fieldBits = [numFields]Fields{HasStateSize, HasLastExecTime, HasStartTime}
 // changed) costs nothing per flow. The mark is 32 bits so that an entry
 // stays 208 bytes, within the allocator's size class.
 type changeLog struct {
-	ids   []FlowID // may hold an id twice (a flow that left and came back)
-	left  int      // flows that left since the last take: ids holds at most left duplicates
-	over  bool     // more changed than limit
-	limit int      // the limit of the last take; 0 before the first
-	gen   uint32   // the current mark; never 0, the mark of an entry never recorded
+	ids   []flowstate.FlowID // may hold an id twice (a flow that left and came back)
+	left  int                // flows that left since the last take: ids holds at most left duplicates
+	over  bool               // more changed than limit
+	limit int                // the limit of the last take; 0 before the first
+	gen   uint32             // the current mark; never 0, the mark of an entry never recorded
 }
 
 // NewAggregate returns an empty aggregate.
 func NewAggregate() *Aggregate {
-	return &Aggregate{nodes: make(map[uint64]*aggNode), flows: make(map[FlowID]*aggFlow), changes: changeLog{gen: 1}}
+	return &Aggregate{nodes: make(map[uint64]*aggNode), flows: make(map[flowstate.FlowID]*aggFlow), changes: changeLog{gen: 1}}
 }
 
 // Len returns the number of nodes (those whose last report is empty
@@ -123,20 +126,20 @@ func (a *Aggregate) Nodes() iter.Seq2[uint64, int] {
 // no node and does not grow the number of flows past the limit passes even
 // when the aggregate is already past it. Its cost is linear in the report
 // and the node's last report. flows must be sorted by ID, each ID once.
-func (a *Aggregate) Check(nodeID uint64, flows []Flow, lim Limits) error {
+func (a *Aggregate) Check(nodeID uint64, flows []flowstate.Flow, lim Limits) error {
 	return a.checkNode(a.nodes[nodeID], flows, lim)
 }
 
 // checkNode is Check of the node n (nil for a node that the aggregate does
 // not hold), so that the caller looks the node up once per report.
-func (a *Aggregate) checkNode(n *aggNode, flows []Flow, lim Limits) error {
+func (a *Aggregate) checkNode(n *aggNode, flows []flowstate.Flow, lim Limits) error {
 	if n == nil && lim.MaxNodes > 0 && len(a.nodes) >= lim.MaxNodes {
 		return &CapacityError{Limit: LimitMaxNodes, Max: lim.MaxNodes, Would: len(a.nodes) + 1}
 	}
 	if lim.MaxFlows <= 0 || len(a.flows)+len(flows) <= lim.MaxFlows {
 		return nil // a report adds at most one flow per flow of its own
 	}
-	var old []Flow
+	var old []flowstate.Flow
 	var aggs []*aggFlow
 	if n != nil {
 		old, aggs = n.flows, n.aggs
@@ -175,14 +178,14 @@ func (a *Aggregate) checkNode(n *aggNode, flows []Flow, lim Limits) error {
 // by ID, each ID once; flows with no field present are left out. An empty
 // report keeps the node, with no flows. It does not retain flows, and
 // reports whether the aggregate changed.
-func (a *Aggregate) Apply(nodeID uint64, flows []Flow) (changed bool) {
+func (a *Aggregate) Apply(nodeID uint64, flows []flowstate.Flow) (changed bool) {
 	_, changed = a.applyNode(nodeID, a.nodes[nodeID], flows)
 	return changed
 }
 
 // applyNode is Apply of node n, the aggregate's entry of nodeID, or nil if
 // it holds none; it returns the node's entry.
-func (a *Aggregate) applyNode(nodeID uint64, n *aggNode, flows []Flow) (*aggNode, bool) {
+func (a *Aggregate) applyNode(nodeID uint64, n *aggNode, flows []flowstate.Flow) (*aggNode, bool) {
 	if n == nil {
 		n = &aggNode{}
 		a.nodes[nodeID] = n
@@ -230,13 +233,13 @@ func (a *Aggregate) nextGen() {
 
 // AppendFlows appends the aggregate to dst, sorted by ID. The order is
 // rebuilt (n log n) only when the set of flow ids has changed.
-func (a *Aggregate) AppendFlows(dst []Flow) []Flow {
+func (a *Aggregate) AppendFlows(dst []flowstate.Flow) []flowstate.Flow {
 	if a.stale {
 		a.order = a.order[:0]
 		for _, e := range a.flows {
 			a.order = append(a.order, e)
 		}
-		slices.SortFunc(a.order, func(x, y *aggFlow) int { return cmpID(x.agg.ID, y.agg.ID) })
+		slices.SortFunc(a.order, func(x, y *aggFlow) int { return cmp.Compare(x.agg.ID, y.agg.ID) })
 		a.stale = false
 	}
 	for _, e := range a.order {
@@ -247,13 +250,13 @@ func (a *Aggregate) AppendFlows(dst []Flow) []Flow {
 
 // replace moves node n's contributions from its last report to incoming. It
 // touches only the flows of the two reports.
-func (a *Aggregate) replace(n *aggNode, incoming []Flow) bool {
+func (a *Aggregate) replace(n *aggNode, incoming []flowstate.Flow) bool {
 	old := n.flows
 	flows, aggs, slots := a.spareFlows[:0], a.spareAggs[:0], a.spareSlots[:0]
 	changed := false
 	i, j := 0, 0
 	for i < len(old) || j < len(incoming) {
-		var f Flow
+		var f flowstate.Flow
 		if j < len(incoming) {
 			if f = canonical(incoming[j]); f.Has == 0 {
 				j++
@@ -288,7 +291,7 @@ func (a *Aggregate) replace(n *aggNode, incoming []Flow) bool {
 }
 
 // join adds node n's contribution f to its flow's entry, creating it.
-func (a *Aggregate) join(n *aggNode, f Flow) (*aggFlow, int32, bool) {
+func (a *Aggregate) join(n *aggNode, f flowstate.Flow) (*aggFlow, int32, bool) {
 	e := a.flows[f.ID]
 	if e != nil {
 		s := e.add(n, f)
@@ -337,15 +340,15 @@ func (a *Aggregate) leave(e *aggFlow, slot int32) bool {
 
 // canonical returns f with its absent fields zero, so that equal flows
 // compare equal.
-func canonical(f Flow) Flow {
-	f.Has &= HasStateSize | HasLastExecTime | HasStartTime
-	if f.Has&HasStateSize == 0 {
+func canonical(f flowstate.Flow) flowstate.Flow {
+	f.Has &= flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime
+	if f.Has&flowstate.HasStateSize == 0 {
 		f.StateSize = 0
 	}
-	if f.Has&HasLastExecTime == 0 {
+	if f.Has&flowstate.HasLastExecTime == 0 {
 		f.LastExecTime = 0
 	}
-	if f.Has&HasStartTime == 0 {
+	if f.Has&flowstate.HasStartTime == 0 {
 		f.StartTime = 0
 	}
 	return f
@@ -373,7 +376,7 @@ func (a *Aggregate) record(e *aggFlow) {
 // The record keeps at most the limit of the previous take, and at least
 // 1,024, changes (so that it stays bounded when nobody takes it): past
 // that, the next take returns false whatever its limit.
-func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
+func (a *Aggregate) TakeChanges(dst []flowstate.Flow, limit int) ([]flowstate.Flow, bool) {
 	dst = dst[:0]
 	c := &a.changes
 	// An id is recorded twice only if its flow left in between, so more
@@ -390,7 +393,7 @@ func (a *Aggregate) TakeChanges(dst []Flow, limit int) ([]Flow, bool) {
 			if e := a.flows[id]; e != nil {
 				dst = append(dst, e.agg)
 			} else {
-				dst = append(dst, Flow{ID: id})
+				dst = append(dst, flowstate.Flow{ID: id})
 			}
 		}
 	}

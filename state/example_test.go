@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"context"
@@ -6,12 +6,13 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func ExampleManager() {
 	ctx := context.Background()
 	store := kv.NewMemory()
-	m := flowstate.NewManager(store, flowstate.Options{})
+	m := state.NewManager(store, state.Options{})
 
 	// Two flownodes report flow 1; node 2 also runs flow 2.
 	_, _ = m.Merge(ctx, 1, flowstate.FlowStateValue{

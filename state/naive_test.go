@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // naiveManager is the seed's FlowStateManager ported as is: every merge puts
@@ -119,7 +120,7 @@ func randomReport(r *rand.Rand) flowstate.FlowStateValue {
 }
 
 func TestManagerMatchesNaive(t *testing.T) {
-	for _, opts := range []flowstate.Options{{}, {DeferAggregateWrite: true}} {
+	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
 		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
 			ctx := t.Context()
 			r := rand.New(rand.NewPCG(1, 2)) // a fixed seed: failures replay

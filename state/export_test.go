@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 // SetDeferAggregateWrite switches m's Options.DeferAggregateWrite. The
 // benchmarks use it to fill a manager without writing the aggregate after

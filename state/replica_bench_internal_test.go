@@ -1,10 +1,12 @@
-package flowstate
+package state
 
 import (
 	"testing"
 	"time"
 
 	"github.com/flowstate-io/flowstate/kv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // BenchmarkReplicaApply measures the watch's apply path in steady state,
@@ -13,20 +15,20 @@ import (
 // allocation), "others" decodes another worker's.
 func BenchmarkReplicaApply(b *testing.B) {
 	const nodes, flows = 1000, 10
-	var reports [2][nodes][]Flow
+	var reports [2][nodes][]flowstate.Flow
 	var values [2][nodes][]byte
 	keys := make([]string, nodes)
 	for n := range nodes {
-		keys[n] = NodeKey(uint64(n + 1))
+		keys[n] = flowstate.NodeKey(uint64(n + 1))
 		for p := range 2 {
-			fs := make([]Flow, flows)
+			fs := make([]flowstate.Flow, flows)
 			for f := range fs {
-				id := FlowID(n*flows + f + 1)
-				fs[f] = Flow{ID: id, Has: HasStateSize | HasLastExecTime | HasStartTime,
+				id := flowstate.FlowID(n*flows + f + 1)
+				fs[f] = flowstate.Flow{ID: id, Has: flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime,
 					StateSize: uint64(1<<20 + int(id)*64 + p), LastExecTime: 1_700_000_000_000 + int64(id)*1000 + int64(p),
 					StartTime: 1_690_000_000_000 + int64(id)}
 			}
-			reports[p][n], values[p][n] = fs, AppendJSON(nil, fs)
+			reports[p][n], values[p][n] = fs, flowstate.AppendJSON(nil, fs)
 		}
 	}
 	now := time.Unix(1_700_000_000, 0)

@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // The sizes of BenchmarkMerge: nodes, and flows per node. Each node owns
@@ -55,7 +56,7 @@ func (n *naiveManager) fill(ctx context.Context, reports []flowstate.FlowStateVa
 	return n.merge(ctx, 0, reports[0])
 }
 
-type managerMerger struct{ m *flowstate.Manager }
+type managerMerger struct{ m *state.Manager }
 
 func (mm managerMerger) merge(ctx context.Context, nodeID uint64, v flowstate.FlowStateValue) error {
 	_, err := mm.m.Merge(ctx, nodeID, v)
@@ -73,14 +74,14 @@ func newMerger(b *testing.B, variant string, reports []flowstate.FlowStateValue)
 		}
 		return n
 	}
-	m := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: variant == "deferred"})
-	flowstate.SetDeferAggregateWrite(m, true) // fill without the quadratic aggregate writes
+	m := state.NewManager(store, state.Options{DeferAggregateWrite: variant == "deferred"})
+	state.SetDeferAggregateWrite(m, true) // fill without the quadratic aggregate writes
 	for node, v := range reports {
 		if _, err := m.Merge(ctx, uint64(node), v); err != nil {
 			b.Fatal(err)
 		}
 	}
-	flowstate.SetDeferAggregateWrite(m, variant == "deferred")
+	state.SetDeferAggregateWrite(m, variant == "deferred")
 	if variant == "eager" {
 		if err := m.Flush(ctx); err != nil {
 			b.Fatal(err)

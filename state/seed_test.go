@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 // The tests of the seed (GreptimeDB's flow_state.rs), one for one, with the
 // same names and assertions. The seed's get() returning Some is a revision
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestDeserializeLegacyFlowStateValue(t *testing.T) {
@@ -43,15 +44,15 @@ func TestFlowStateValueRoundtripIncludesStartTimeMap(t *testing.T) {
 }
 
 func TestMergeKeepsReportsFromDifferentNodes(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 
 	// Node A reports flow 1 executed at t1.
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 100}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 	// Node B reports flow 2 executed at t2. Before the per-node merge this
 	// would have wiped out node A's flow 1 entry.
-	merge(t, m, 2, state(map[flowstate.FlowID]int64{2: 200}))
+	merge(t, m, 2, execState(map[flowstate.FlowID]int64{2: 200}))
 	// Node A reports flow 1 executed at t3.
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 300}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 300}))
 
 	v, ver := get(t, m)
 	require.NotZero(t, ver.Revision)
@@ -60,13 +61,13 @@ func TestMergeKeepsReportsFromDifferentNodes(t *testing.T) {
 }
 
 func TestMergeReplacesSameNodeState(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 100}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 	// A new report from the same node replaces the previous one. There is no
 	// epoch comparison: arrival order alone decides, so this is also what a
 	// restarted node hits.
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{2: 200}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{2: 200}))
 
 	v, ver := get(t, m)
 	require.NotZero(t, ver.Revision)
@@ -75,13 +76,13 @@ func TestMergeReplacesSameNodeState(t *testing.T) {
 }
 
 func TestMergeAcceptsClockRollbackFromSameNode(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 
 	// A flownode restarts with its wall clock rolled back: it first reports
 	// flow 1 at t1, then a smaller t0. Reports are applied in arrival order,
 	// so the later report wins instead of being rejected for good.
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 100}))
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 50}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 50}))
 
 	v, ver := get(t, m)
 	require.NotZero(t, ver.Revision)
@@ -89,7 +90,7 @@ func TestMergeAcceptsClockRollbackFromSameNode(t *testing.T) {
 }
 
 func TestMergeAggregatesStateSizeAndLastExecTimeByMax(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 
 	// Both nodes report the same flow; the aggregate takes the max of
 	// state_size and of last_exec_time_map across nodes.
@@ -103,17 +104,17 @@ func TestMergeAggregatesStateSizeAndLastExecTimeByMax(t *testing.T) {
 }
 
 func TestMergeConcurrentReportsNoLostUpdate(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 
 	// Two nodes report concurrently; the manager serialises the
 	// read-modify-write so that neither report is lost.
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := m.Merge(t.Context(), 1, state(map[flowstate.FlowID]int64{1: 100}))
+		_, err := m.Merge(t.Context(), 1, execState(map[flowstate.FlowID]int64{1: 100}))
 		assert.NoError(t, err)
 	})
 	wg.Go(func() {
-		_, err := m.Merge(t.Context(), 2, state(map[flowstate.FlowID]int64{2: 200}))
+		_, err := m.Merge(t.Context(), 2, execState(map[flowstate.FlowID]int64{2: 200}))
 		assert.NoError(t, err)
 	})
 	wg.Wait()
@@ -124,15 +125,15 @@ func TestMergeConcurrentReportsNoLostUpdate(t *testing.T) {
 }
 
 func TestMergeEmptyReportRemovesOwnFlowsKeepsOthers(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 
 	// Node A reports flow 1, node B reports flow 2.
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 100}))
-	merge(t, m, 2, state(map[flowstate.FlowID]int64{2: 200}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
+	merge(t, m, 2, execState(map[flowstate.FlowID]int64{2: 200}))
 
 	// Node A reports an empty map: its own flow 1 leaves the aggregate while
 	// node B's flow 2 stays.
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{}))
 
 	v, ver := get(t, m)
 	require.NotZero(t, ver.Revision)
@@ -141,9 +142,9 @@ func TestMergeEmptyReportRemovesOwnFlowsKeepsOthers(t *testing.T) {
 }
 
 func TestMergeStateClearedOnInMemoryKvReset(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 100}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 	_, ver := get(t, m)
 	require.NotZero(t, ver.Revision, "get must be Some after a merge")
 
@@ -156,7 +157,7 @@ func TestMergeStateClearedOnInMemoryKvReset(t *testing.T) {
 
 	// A fresh report works again after the reset, and node 1's flow 1 does
 	// not come back.
-	merge(t, m, 2, state(map[flowstate.FlowID]int64{2: 200}))
+	merge(t, m, 2, execState(map[flowstate.FlowID]int64{2: 200}))
 	v, ver = get(t, m)
 	require.NotZero(t, ver.Revision)
 	assert.Equal(t, map[flowstate.FlowID]int64{2: 200}, v.LastExecTimeMap)
@@ -164,9 +165,9 @@ func TestMergeStateClearedOnInMemoryKvReset(t *testing.T) {
 }
 
 func TestMergeWritesGlobalKey(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 
-	merge(t, m, 1, state(map[flowstate.FlowID]int64{1: 100}))
+	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 
 	// The global key is still __flow/state and holds the serialised
 	// FlowStateValue, so existing get() and client readers are unchanged.

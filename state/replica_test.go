@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // These tests run Replicas, as workers do, on each shared store: the
@@ -40,7 +41,7 @@ func newBucket() string { return fmt.Sprintf("follow_%d", followBuckets.Add(1)) 
 
 // worker is a running Replica on its own connection and store.
 type worker struct {
-	mgr     *flowstate.Replica
+	mgr     *state.Replica
 	store   kv.Shared
 	cancel  context.CancelFunc
 	done    chan error
@@ -75,11 +76,11 @@ func eachBackend(t *testing.T, test func(t *testing.T, open func() kv.Shared)) {
 
 // follow runs a Replica of store until it is loaded; Cleanup stops it
 // (before the store is closed: cleanups run last first).
-func follow(tb testing.TB, store kv.Shared, opts flowstate.ReplicaOptions) *worker {
+func follow(tb testing.TB, store kv.Shared, opts state.ReplicaOptions) *worker {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
 	defer cancel()
-	r, err := flowstate.NewReplica(store, opts)
+	r, err := state.NewReplica(store, opts)
 	require.NoError(tb, err)
 	runCtx, stop := context.WithCancel(context.Background())
 	w := &worker{mgr: r, store: store, cancel: stop, done: make(chan error, 1)}
@@ -106,7 +107,7 @@ func (w *worker) stop(tb testing.TB) {
 }
 
 // fmerge applies a report and fails the test on error.
-func fmerge(tb testing.TB, m *flowstate.Replica, nodeID uint64, v flowstate.FlowStateValue) flowstate.MergeResult {
+func fmerge(tb testing.TB, m *state.Replica, nodeID uint64, v flowstate.FlowStateValue) state.MergeResult {
 	tb.Helper()
 	res, err := m.MergeFlows(tb.Context(), nodeID, v.Flows())
 	require.NoError(tb, err, "merge report of node %d", nodeID)
@@ -114,7 +115,7 @@ func fmerge(tb testing.TB, m *flowstate.Replica, nodeID uint64, v flowstate.Flow
 }
 
 // fget returns the aggregate and its version, without a read barrier.
-func fget(tb testing.TB, m *flowstate.Replica) (flowstate.FlowStateValue, flowstate.Version) {
+func fget(tb testing.TB, m *state.Replica) (flowstate.FlowStateValue, flowstate.Version) {
 	tb.Helper()
 	s, err := m.Snapshot(tb.Context(), nil)
 	require.NoError(tb, err)
@@ -150,8 +151,8 @@ func lastExecOf(node uint64, ids ...flowstate.FlowID) flowstate.FlowStateValue {
 
 func TestReplicasShareOneState(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
-		a := follow(t, open(), flowstate.ReplicaOptions{ID: "a"})
-		b := follow(t, open(), flowstate.ReplicaOptions{ID: "b"})
+		a := follow(t, open(), state.ReplicaOptions{ID: "a"})
+		b := follow(t, open(), state.ReplicaOptions{ID: "b"})
 
 		_, v0 := fget(t, a.mgr)
 		assert.Zero(t, v0.Revision, "nothing merged yet")
@@ -194,9 +195,9 @@ func TestReplicasShareOneState(t *testing.T) {
 func TestReplicasMergingConcurrentlyLoseNothing(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
 		ws := []*worker{
-			follow(t, open(), flowstate.ReplicaOptions{}),
-			follow(t, open(), flowstate.ReplicaOptions{}),
-			follow(t, open(), flowstate.ReplicaOptions{}),
+			follow(t, open(), state.ReplicaOptions{}),
+			follow(t, open(), state.ReplicaOptions{}),
+			follow(t, open(), state.ReplicaOptions{}),
 		}
 		const nodes, rounds = 60, 8
 		last := make([]flowstate.FlowStateValue, nodes)
@@ -250,7 +251,7 @@ func TestReplicasMergingConcurrentlyLoseNothing(t *testing.T) {
 // over at once when it stops, or after the lease expires when it dies.
 func TestReplicasElectOnePublisher(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
-		opts := flowstate.ReplicaOptions{LeaseTTL: 600 * time.Millisecond}
+		opts := state.ReplicaOptions{LeaseTTL: 600 * time.Millisecond}
 		ws := []*worker{follow(t, open(), opts), follow(t, open(), opts), follow(t, open(), opts)}
 		publisher := func(alive []*worker) int {
 			t.Helper()
@@ -274,7 +275,7 @@ func TestReplicasElectOnePublisher(t *testing.T) {
 			if i == p {
 				assert.NoError(t, err)
 			} else {
-				assert.ErrorIs(t, err, flowstate.ErrNotPublisher)
+				assert.ErrorIs(t, err, state.ErrNotPublisher)
 			}
 		}
 		e, err := ws[0].store.Get(t.Context(), flowstate.StateKey)
@@ -302,8 +303,8 @@ func TestReplicasElectOnePublisher(t *testing.T) {
 // report merged after it is in the new epoch.
 func TestReplicasStartOverWhenTheBucketIsCleared(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
-		a := follow(t, open(), flowstate.ReplicaOptions{})
-		b := follow(t, open(), flowstate.ReplicaOptions{})
+		a := follow(t, open(), state.ReplicaOptions{})
+		b := follow(t, open(), state.ReplicaOptions{})
 		r := fmerge(t, a.mgr, 1, lastExecOf(1, 1))
 		require.NoError(t, b.store.Clear(t.Context()))
 		for name, w := range map[string]*worker{"a": a, "b": b} {
@@ -324,13 +325,13 @@ func TestReplicasStartOverWhenTheBucketIsCleared(t *testing.T) {
 // another on the same bucket: same state, same version.
 func TestReplicaRestartedKeepsStateAndEpoch(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
-		a := follow(t, open(), flowstate.ReplicaOptions{})
+		a := follow(t, open(), state.ReplicaOptions{})
 		fmerge(t, a.mgr, 1, lastExecOf(1, 1, 2))
 		r := fmerge(t, a.mgr, 2, lastExecOf(2, 3))
 		want, _ := fget(t, a.mgr)
 		a.stop(t)
 
-		b := follow(t, open(), flowstate.ReplicaOptions{})
+		b := follow(t, open(), state.ReplicaOptions{})
 		v, ver := fget(t, b.mgr)
 		assert.True(t, want.Equal(v))
 		assert.Equal(t, r.Version, ver)
@@ -342,8 +343,8 @@ func TestReplicaRestartedKeepsStateAndEpoch(t *testing.T) {
 // barrier: the lag of its watch.
 func TestReplicaVisibilityAcrossManagers(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
-		a := follow(t, open(), flowstate.ReplicaOptions{})
-		b := follow(t, open(), flowstate.ReplicaOptions{})
+		a := follow(t, open(), state.ReplicaOptions{})
+		b := follow(t, open(), state.ReplicaOptions{})
 		const samples = 200
 		lags := make([]time.Duration, 0, samples)
 		for i := range samples {
@@ -371,7 +372,7 @@ func TestReplicaVisibilityAcrossManagers(t *testing.T) {
 // drops the evicted nodes.
 func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
-		ws := []*worker{follow(t, open(), flowstate.ReplicaOptions{}), follow(t, open(), flowstate.ReplicaOptions{})}
+		ws := []*worker{follow(t, open(), state.ReplicaOptions{}), follow(t, open(), state.ReplicaOptions{})}
 		fmerge(t, ws[0].mgr, 1, lastExecOf(1, 1))
 		fmerge(t, ws[1].mgr, 2, lastExecOf(2, 2))
 		var p int
@@ -415,7 +416,7 @@ func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
 // old states may differ: a purge drops writes that some watches had read).
 func TestReplicaBarrierRefusesAWipedEpochUntilTheWatchSaysSo(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
 	fmerge(t, w.mgr, 1, value(nil, map[flowstate.FlowID]int64{1: 10}, nil))
 	_, before := w.synced(t)
 

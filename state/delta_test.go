@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"testing"
@@ -7,22 +7,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestManagerRefusesAReportPastItsLimits(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{Limits: flowstate.Limits{MaxNodes: 2, MaxFlows: 3}})
+	m, store := newManager(t, state.Options{Limits: state.Limits{MaxNodes: 2, MaxFlows: 3}})
 	merge(t, m, 1, value(sizes{1: 1, 2: 2}, nil, nil))
 	before := merge(t, m, 2, value(sizes{3: 3}, nil, nil))
 	dump := store.Dump()
 
 	_, err := m.Merge(t.Context(), 3, value(nil, nil, nil))
-	var ce *flowstate.CapacityError
+	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, flowstate.LimitMaxNodes, ce.Limit)
+	assert.Equal(t, state.LimitMaxNodes, ce.Limit)
 	_, err = m.MergeFlows(t.Context(), 2, value(sizes{3: 3, 4: 4}, nil, nil).Flows())
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, flowstate.LimitMaxTotalFlows, ce.Limit)
-	assert.ErrorIs(t, err, flowstate.ErrCapacity)
+	assert.Equal(t, state.LimitMaxTotalFlows, ce.Limit)
+	assert.ErrorIs(t, err, state.ErrCapacity)
 
 	_, ver := get(t, m)
 	assert.Equal(t, before.Version, ver, "revision unchanged")
@@ -31,7 +32,7 @@ func TestManagerRefusesAReportPastItsLimits(t *testing.T) {
 }
 
 func TestManagerDeltaCarriesWhatChangedSinceTheLastOne(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
 	ctx := t.Context()
 	d, err := m.Delta(ctx, nil)
 	require.NoError(t, err)
@@ -74,7 +75,7 @@ func TestManagerDeltaCarriesWhatChangedSinceTheLastOne(t *testing.T) {
 }
 
 func TestManagerDeltaResyncsPastHalfTheAggregate(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	m, _ := newManager(t, state.Options{DeferAggregateWrite: true})
 	big := value(make(sizes), nil, nil)
 	for id := range 3000 {
 		big.StateSize[flowstate.FlowID(id)] = 1

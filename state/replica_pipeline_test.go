@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // These tests submit several reports before waiting for any (Submit, then
@@ -24,7 +25,7 @@ import (
 
 // submit sends a report and fails the test if it is refused before its
 // write.
-func submit(tb testing.TB, r *flowstate.Replica, node uint64, v flowstate.FlowStateValue) *flowstate.Pending {
+func submit(tb testing.TB, r *state.Replica, node uint64, v flowstate.FlowStateValue) *state.Pending {
 	tb.Helper()
 	p, err := r.Submit(tb.Context(), node, v.Flows())
 	require.NoError(tb, err, "submit report of node %d", node)
@@ -32,7 +33,7 @@ func submit(tb testing.TB, r *flowstate.Replica, node uint64, v flowstate.FlowSt
 }
 
 // outcome waits for a submitted report and releases it.
-func outcome(tb testing.TB, p *flowstate.Pending) (flowstate.MergeResult, error) {
+func outcome(tb testing.TB, p *state.Pending) (state.MergeResult, error) {
 	tb.Helper()
 	defer p.Release()
 	return p.Wait(tb.Context())
@@ -40,9 +41,9 @@ func outcome(tb testing.TB, p *flowstate.Pending) (flowstate.MergeResult, error)
 
 func TestReplicaPipelineCompletesInOrderOnceApplied(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
 	mem.StallWatches()
-	var pending []*flowstate.Pending
+	var pending []*state.Pending
 	for node := uint64(1); node <= 5; node++ {
 		pending = append(pending, submit(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node))))
 	}
@@ -65,7 +66,7 @@ func TestReplicaPipelineCompletesInOrderOnceApplied(t *testing.T) {
 
 func TestReplicaPipelineFailureMidWindowCompletesNothingUnstored(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
 	mem.StallWatches()
 	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
 	mem.SetUnavailable(true)
@@ -92,7 +93,7 @@ func TestReplicaPipelineFailureMidWindowCompletesNothingUnstored(t *testing.T) {
 
 func TestReplicaPipelineLaterReportSupersedesFailedOne(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
 	mem.SetUnavailable(true)
 	failed := submit(t, w.mgr, 1, lastExecOf(1, 2))
@@ -107,7 +108,7 @@ func TestReplicaPipelineLaterReportSupersedesFailedOne(t *testing.T) {
 
 	// The same bytes as a failed write of this worker, written by another
 	// worker, are applied as theirs.
-	other := follow(t, mem, flowstate.ReplicaOptions{})
+	other := follow(t, mem, state.ReplicaOptions{})
 	mem.SetUnavailable(true)
 	failed = submit(t, w.mgr, 2, lastExecOf(2, 2))
 	mem.SetUnavailable(false)
@@ -120,12 +121,12 @@ func TestReplicaPipelineLaterReportSupersedesFailedOne(t *testing.T) {
 
 func TestReplicaPipelineRefusesPastCapacityBeforeWriting(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 1}})
+	w := follow(t, mem, state.ReplicaOptions{Limits: state.Limits{MaxNodes: 1}})
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
 	before, err := mem.LastRevision(t.Context())
 	require.NoError(t, err)
 	_, err = w.mgr.Submit(t.Context(), 2, lastExecOf(2, 2).Flows())
-	require.ErrorIs(t, err, flowstate.ErrCapacity)
+	require.ErrorIs(t, err, state.ErrCapacity)
 	after, err := mem.LastRevision(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "nothing written")
@@ -148,7 +149,7 @@ func TestReplicaFlushRefusedWhileHoldingTheLeaseIsLoggedOnceNotALostLease(t *tes
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logs}, nil))
-	w := follow(t, unfencedStore{kv.NewSharedMemory(kv.SharedMemoryOptions{})}, flowstate.ReplicaOptions{Logger: log})
+	w := follow(t, unfencedStore{kv.NewSharedMemory(kv.SharedMemoryOptions{})}, state.ReplicaOptions{Logger: log})
 	require.Eventually(t, w.mgr.Publisher, followWait, time.Millisecond, "the only worker becomes the publisher")
 	for node := uint64(1); node <= 3; node++ {
 		fmerge(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node)))
@@ -173,20 +174,20 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 func TestReplicaPipelineCountsNewNodesInFlightAgainstMaxNodes(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxNodes: 2}})
+	w := follow(t, mem, state.ReplicaOptions{Limits: state.Limits{MaxNodes: 2}})
 	mem.StallWatches()
 	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
 	again := submit(t, w.mgr, 1, lastExecOf(1, 2)) // the same node: no new one
 	second := submit(t, w.mgr, 2, lastExecOf(2, 3))
 	_, err := w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
-	require.ErrorIs(t, err, flowstate.ErrCapacity, "two new nodes in flight make the limit")
+	require.ErrorIs(t, err, state.ErrCapacity, "two new nodes in flight make the limit")
 	mem.ResumeWatches()
-	for _, p := range []*flowstate.Pending{first, again, second} {
+	for _, p := range []*state.Pending{first, again, second} {
 		_, err := outcome(t, p)
 		require.NoError(t, err)
 	}
 	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
-	require.ErrorIs(t, err, flowstate.ErrCapacity, "two nodes applied make the limit")
+	require.ErrorIs(t, err, state.ErrCapacity, "two nodes applied make the limit")
 	fmerge(t, w.mgr, 2, lastExecOf(2, 5))
 }
 
@@ -194,21 +195,21 @@ func TestReplicaPipelineCountsNewNodesInFlightAgainstMaxNodes(t *testing.T) {
 // applied, must not pass it together: the flows of writes in flight count.
 func TestReplicaPipelineCountsFlowsInFlightAgainstMaxFlows(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, flowstate.ReplicaOptions{Limits: flowstate.Limits{MaxFlows: 4}})
+	w := follow(t, mem, state.ReplicaOptions{Limits: state.Limits{MaxFlows: 4}})
 	mem.StallWatches()
 	first := submit(t, w.mgr, 1, lastExecOf(1, 1, 2, 3))
 	_, err := w.mgr.Submit(t.Context(), 2, lastExecOf(2, 4, 5).Flows())
-	var capErr *flowstate.CapacityError
+	var capErr *state.CapacityError
 	require.ErrorAs(t, err, &capErr, "three flows in flight and two more pass 4")
-	assert.Equal(t, flowstate.LimitMaxTotalFlows, capErr.Limit)
+	assert.Equal(t, state.LimitMaxTotalFlows, capErr.Limit)
 	second := submit(t, w.mgr, 2, lastExecOf(2, 4))
 	mem.ResumeWatches()
-	for _, p := range []*flowstate.Pending{first, second} {
+	for _, p := range []*state.Pending{first, second} {
 		_, err := outcome(t, p)
 		require.NoError(t, err)
 	}
 	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 5).Flows())
-	require.ErrorIs(t, err, flowstate.ErrCapacity, "four flows applied make the limit")
+	require.ErrorIs(t, err, state.ErrCapacity, "four flows applied make the limit")
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1)) // frees two flows
 	fmerge(t, w.mgr, 3, lastExecOf(3, 5, 6))
 }

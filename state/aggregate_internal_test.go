@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"math"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // TestAggregateChangeMarksSurviveTheGenerationWrapping puts a flow's mark at
@@ -13,7 +15,7 @@ import (
 // takes ago, and checks that its next change is still recorded.
 func TestAggregateChangeMarksSurviveTheGenerationWrapping(t *testing.T) {
 	a := NewAggregate()
-	a.Apply(1, []Flow{{ID: 1, Has: HasStateSize, StateSize: 1}})
+	a.Apply(1, []flowstate.Flow{{ID: 1, Has: flowstate.HasStateSize, StateSize: 1}})
 	_, ok := a.TakeChanges(nil, 10)
 	require.True(t, ok)
 
@@ -24,8 +26,8 @@ func TestAggregateChangeMarksSurviveTheGenerationWrapping(t *testing.T) {
 	assert.Empty(t, got)
 	require.Equal(t, uint32(1), a.changes.gen, "the generation wrapped past 0")
 
-	a.Apply(1, []Flow{{ID: 1, Has: HasStateSize, StateSize: 2}})
+	a.Apply(1, []flowstate.Flow{{ID: 1, Has: flowstate.HasStateSize, StateSize: 2}})
 	got, ok = a.TakeChanges(nil, 10)
 	require.True(t, ok)
-	assert.Equal(t, []Flow{{ID: 1, Has: HasStateSize, StateSize: 2}}, got)
+	assert.Equal(t, []flowstate.Flow{{ID: 1, Has: flowstate.HasStateSize, StateSize: 2}}, got)
 }

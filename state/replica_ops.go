@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // The operations of a Replica, the same as a Manager's where they mean the
@@ -46,7 +48,7 @@ func (r *Replica) checkLocked() error {
 // kv.ErrUnavailable after ApplyTimeout, and with a *CapacityError, before
 // it writes, if the report would take this replica's state past
 // ReplicaOptions.Limits.
-func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (MergeResult, error) {
+func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (MergeResult, error) {
 	p, err := r.Submit(ctx, nodeID, flows)
 	if err != nil {
 		return MergeResult{}, err
@@ -93,7 +95,7 @@ func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint6
 // no two reports are acked with the same revision (the state served may be
 // further on already; a get after the ack shows at least this revision).
 func (r *Replica) resultLocked(epoch string, seq, rev uint64) MergeResult {
-	return MergeResult{Version: Version{Epoch: epoch, Revision: seq}, Changed: r.changeRev > rev}
+	return MergeResult{Version: flowstate.Version{Epoch: epoch, Revision: seq}, Changed: r.changeRev > rev}
 }
 
 // Publisher reports whether this worker is the publisher now: it holds a
@@ -133,14 +135,14 @@ func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 		}
 	}
 	r.mu.Unlock()
-	res := MergeResult{Version: Version{Epoch: epoch, Revision: rev}}
+	res := MergeResult{Version: flowstate.Version{Epoch: epoch, Revision: rev}}
 	if err != nil {
 		return nil, res, err
 	}
 	var evicted []uint64
 	var last uint64
 	for _, n := range nodes {
-		key := NodeKey(n.id)
+		key := flowstate.NodeKey(n.id)
 		del, err := r.store.DeleteIf(ctx, key, kv.Condition{Key: key, Revision: n.rev})
 		if errors.Is(err, kv.ErrRevisionMismatch) {
 			continue // it reported again
@@ -180,8 +182,8 @@ func (r *Replica) Flush(ctx context.Context) error {
 		}
 		r.aggFlows = r.appendServedLocked(r.aggFlows[:0])
 		r.mu.Unlock()
-		r.aggJSON = AppendJSON(r.aggJSON[:0], r.aggFlows)
-		_, err := r.store.PutIf(ctx, StateKey, r.aggJSON, kv.Condition{Key: PublisherKey, Revision: fence})
+		r.aggJSON = flowstate.AppendJSON(r.aggJSON[:0], r.aggFlows)
+		_, err := r.store.PutIf(ctx, flowstate.StateKey, r.aggJSON, kv.Condition{Key: PublisherKey, Revision: fence})
 		if errors.Is(err, kv.ErrRevisionMismatch) && r.stillHeld(ctx, fence) {
 			// Refused, though the lease is still this worker's: the store
 			// does not honour the fence (a server too old for it). Not a
@@ -189,7 +191,7 @@ func (r *Replica) Flush(ctx context.Context) error {
 			if !r.fenceRefused {
 				r.fenceRefused = true
 				r.log.Error("the store refused the aggregate write fenced on the publisher lease, which this worker still holds; the state is published, the aggregate key is not written",
-					slog.String("key", StateKey), slog.Any("err", err))
+					slog.String("key", flowstate.StateKey), slog.Any("err", err))
 			}
 			return nil
 		}
@@ -218,7 +220,7 @@ func (r *Replica) stillHeld(ctx context.Context, fence uint64) bool {
 }
 
 // appendServedLocked appends the served aggregate to dst.
-func (r *Replica) appendServedLocked(dst []Flow) []Flow {
+func (r *Replica) appendServedLocked(dst []flowstate.Flow) []flowstate.Flow {
 	if r.frozen {
 		return append(dst, r.frozenFlows...)
 	}
@@ -227,23 +229,23 @@ func (r *Replica) appendServedLocked(dst []Flow) []Flow {
 
 // Snapshot returns the served aggregate as flows appended to dst[:0], with
 // its version.
-func (r *Replica) Snapshot(_ context.Context, dst []Flow) (Snapshot, error) {
+func (r *Replica) Snapshot(_ context.Context, dst []flowstate.Flow) (Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.checkLocked(); err != nil {
 		return Snapshot{}, err
 	}
-	return Snapshot{Version: Version{Epoch: r.epoch, Revision: r.rev}, Flows: r.appendServedLocked(dst[:0])}, nil
+	return Snapshot{Version: flowstate.Version{Epoch: r.epoch, Revision: r.rev}, Flows: r.appendServedLocked(dst[:0])}, nil
 }
 
 // Version returns the served version.
-func (r *Replica) Version(context.Context) (Version, error) {
+func (r *Replica) Version(context.Context) (flowstate.Version, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.checkLocked(); err != nil {
-		return Version{}, err
+		return flowstate.Version{}, err
 	}
-	return Version{Epoch: r.epoch, Revision: r.rev}, nil
+	return flowstate.Version{Epoch: r.epoch, Revision: r.rev}, nil
 }
 
 // Sync is a read barrier: it waits until the state includes every write
@@ -285,13 +287,13 @@ func (r *Replica) Sync(ctx context.Context) error {
 // the store again, asks clients to resync. While the watch is catching up
 // (the served state is held), it returns no change: the previous delta's
 // version, as Base and as Version.
-func (r *Replica) Delta(_ context.Context, dst []Flow) (Delta, error) {
+func (r *Replica) Delta(_ context.Context, dst []flowstate.Flow) (Delta, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.checkLocked(); err != nil {
 		return Delta{}, err
 	}
-	d := Delta{Version: Version{Epoch: r.epoch, Revision: r.rev}, Base: r.deltaBase, Flows: dst[:0]}
+	d := Delta{Version: flowstate.Version{Epoch: r.epoch, Revision: r.rev}, Base: r.deltaBase, Flows: dst[:0]}
 	if r.frozen {
 		// What changed is taken once the watch is exact again: until then,
 		// no change since the last delta.
@@ -307,14 +309,14 @@ func (r *Replica) Delta(_ context.Context, dst []Flow) (Delta, error) {
 // Nodes returns the nodes whose reports make up the served aggregate, by
 // ID, with its version; LastReport is when the store took the node's last
 // write. It holds the lock only to copy them.
-func (r *Replica) Nodes(context.Context) ([]NodeInfo, Version, error) {
+func (r *Replica) Nodes(context.Context) ([]NodeInfo, flowstate.Version, error) {
 	r.mu.Lock()
 	if err := r.checkLocked(); err != nil {
 		r.mu.Unlock()
-		return nil, Version{}, err
+		return nil, flowstate.Version{}, err
 	}
 	out := copyNodes(r.agg, func(id uint64) time.Time { return r.nodes[id].seen })
-	v := Version{Epoch: r.epoch, Revision: r.rev}
+	v := flowstate.Version{Epoch: r.epoch, Revision: r.rev}
 	r.mu.Unlock()
 	sortNodes(out)
 	return out, v, nil

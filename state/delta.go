@@ -1,4 +1,8 @@
-package flowstate
+package state
+
+import (
+	"github.com/flowstate-io/flowstate/flowstate"
+)
 
 import "context"
 
@@ -6,14 +10,14 @@ import "context"
 // (PROTOCOL.md v2, flow.state.delta).
 type Delta struct {
 	// Version is the state's version now.
-	Version
+	flowstate.Version
 	// Base is the revision of the previous Delta taken in this epoch; 0 for
 	// the first one of an epoch.
 	Base uint64
 	// Flows holds every flow whose aggregate entry changed since Base,
 	// sorted by ID, with its entry now; a Flow with no field present (Has
 	// == 0) left the aggregate.
-	Flows []Flow
+	Flows []flowstate.Flow
 	// Resync says that the changes since Base are not known (too many were
 	// tracked, or this worker has just started publishing): Flows is empty
 	// and clients must take a snapshot.
@@ -30,7 +34,7 @@ func deltaLimit(flows int) int { return max(minDeltaFlows, flows/2) }
 
 // takeDelta takes the changes of agg since the last Delta into d, with dst's
 // memory. resync forces a resync.
-func takeDelta(agg *Aggregate, d *Delta, dst []Flow, resync bool) {
+func takeDelta(agg *Aggregate, d *Delta, dst []flowstate.Flow, resync bool) {
 	_, n := agg.Len()
 	flows, ok := agg.TakeChanges(dst, deltaLimit(n))
 	d.Flows, d.Resync = flows, resync || !ok
@@ -43,13 +47,13 @@ func takeDelta(agg *Aggregate, d *Delta, dst []Flow, resync bool) {
 // this epoch, with dst's memory: the cost grows with the number of flows
 // that changed. It asks clients to resync after a Put, or when more than
 // half the aggregate (at least 1,024 flows) changed.
-func (m *Manager) Delta(ctx context.Context, dst []Flow) (Delta, error) {
+func (m *Manager) Delta(ctx context.Context, dst []flowstate.Flow) (Delta, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.syncEpochLocked(ctx); err != nil {
 		return Delta{}, err
 	}
-	d := Delta{Version: Version{Epoch: m.epoch, Revision: m.rev}, Base: m.deltaBase}
+	d := Delta{Version: flowstate.Version{Epoch: m.epoch, Revision: m.rev}, Base: m.deltaBase}
 	takeDelta(m.agg, &d, dst, m.resync)
 	m.resync = false
 	m.deltaBase = m.rev

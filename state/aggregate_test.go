@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // model is the aggregate computed the obvious way: every node's last report,
@@ -90,7 +91,7 @@ func TestAggregateMatchesModel(t *testing.T) {
 	for _, size := range []struct{ nodes, ids int }{{4, 16}, {40, 6}, {200, 3}} {
 		t.Run(fmt.Sprintf("nodes=%d/ids=%d", size.nodes, size.ids), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(1, uint64(size.nodes)))
-			a := flowstate.NewAggregate()
+			a := state.NewAggregate()
 			want := model{}
 			var last, took []flowstate.Flow
 			for step := range 5000 {
@@ -144,7 +145,7 @@ func TestAggregateMatchesModel(t *testing.T) {
 }
 
 func TestAggregateEmptyReportKeepsTheNode(t *testing.T) {
-	a := flowstate.NewAggregate()
+	a := state.NewAggregate()
 	assert.False(t, a.Apply(7, nil))
 	assert.False(t, a.Apply(8, []flowstate.Flow{{ID: 1}}), "a flow with no field is left out")
 	nodes, flows := a.Len()
@@ -160,7 +161,7 @@ func TestAggregateEmptyReportKeepsTheNode(t *testing.T) {
 }
 
 func TestAggregateCheckLimits(t *testing.T) {
-	a := flowstate.NewAggregate()
+	a := state.NewAggregate()
 	f := func(ids ...flowstate.FlowID) []flowstate.Flow {
 		var out []flowstate.Flow
 		for _, id := range ids {
@@ -168,21 +169,21 @@ func TestAggregateCheckLimits(t *testing.T) {
 		}
 		return out
 	}
-	lim := flowstate.Limits{MaxNodes: 2, MaxFlows: 3}
+	lim := state.Limits{MaxNodes: 2, MaxFlows: 3}
 	require.NoError(t, a.Check(1, f(1, 2), lim))
 	a.Apply(1, f(1, 2))
 	require.NoError(t, a.Check(2, f(2, 3), lim))
 	a.Apply(2, f(2, 3))
 
-	var ce *flowstate.CapacityError
+	var ce *state.CapacityError
 	err := a.Check(3, nil, lim)
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, flowstate.CapacityError{Limit: flowstate.LimitMaxNodes, Max: 2, Would: 3}, *ce)
-	assert.ErrorIs(t, err, flowstate.ErrCapacity)
+	assert.Equal(t, state.CapacityError{Limit: state.LimitMaxNodes, Max: 2, Would: 3}, *ce)
+	assert.ErrorIs(t, err, state.ErrCapacity)
 
 	err = a.Check(2, f(2, 3, 4), lim)
 	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, flowstate.CapacityError{Limit: flowstate.LimitMaxTotalFlows, Max: 3, Would: 4}, *ce)
+	assert.Equal(t, state.CapacityError{Limit: state.LimitMaxTotalFlows, Max: 3, Would: 4}, *ce)
 
 	// Node 2 gives up flow 3 (its alone) for flow 4: still 3 flows.
 	assert.NoError(t, a.Check(2, f(2, 4), lim))
@@ -193,15 +194,15 @@ func TestAggregateCheckLimits(t *testing.T) {
 
 	// Past a lowered limit, a known node's report that does not grow the
 	// aggregate passes; one that grows it does not.
-	low := flowstate.Limits{MaxNodes: 1, MaxFlows: 1}
+	low := state.Limits{MaxNodes: 1, MaxFlows: 1}
 	assert.NoError(t, a.Check(2, f(2, 3), low))
 	assert.NoError(t, a.Check(2, nil, low))
 	assert.Error(t, a.Check(2, f(2, 3, 5), low))
-	assert.NoError(t, a.Check(5, nil, flowstate.Limits{}))
+	assert.NoError(t, a.Check(5, nil, state.Limits{}))
 }
 
 func TestAggregateTakeChangesOverLimit(t *testing.T) {
-	a := flowstate.NewAggregate()
+	a := state.NewAggregate()
 	report := make([]flowstate.Flow, 10)
 	for i := range report {
 		report[i] = flowstate.Flow{ID: flowstate.FlowID(i), Has: flowstate.HasStateSize}
@@ -247,7 +248,7 @@ func TestAggregateApplyDoesNotAllocateInSteadyState(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	a := flowstate.NewAggregate()
+	a := state.NewAggregate()
 	const shared = 20 // past the scan, into the heaps
 	reports := [2][]flowstate.Flow{}
 	for p := range reports {
@@ -275,7 +276,7 @@ func TestAggregateApplyDoesNotAllocateInSteadyState(t *testing.T) {
 }
 
 func TestAggregateChangeRecordStaysBoundedUntaken(t *testing.T) {
-	a := flowstate.NewAggregate()
+	a := state.NewAggregate()
 	// Flows come and go, and nobody takes the changes: the record stops
 	// growing, and the first take says that it overflowed.
 	for round := range 50 {
@@ -291,7 +292,7 @@ func TestAggregateChangeRecordStaysBoundedUntaken(t *testing.T) {
 }
 
 func TestAggregateTakeChangesCountsFlowsThatCameBackOnce(t *testing.T) {
-	a := flowstate.NewAggregate()
+	a := state.NewAggregate()
 	report := make([]flowstate.Flow, 5)
 	for i := range report {
 		report[i] = flowstate.Flow{ID: flowstate.FlowID(i), Has: flowstate.HasStateSize}

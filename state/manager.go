@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/kv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // ErrStoreCleared is returned by Merge, Put and Flush when the store was
@@ -19,16 +21,9 @@ var ErrStoreCleared = errors.New("flowstate: the store was cleared during the wr
 // ID with each ID once.
 var ErrUnsortedFlows = errors.New("flowstate: flows are not sorted by id without duplicates")
 
-// Version names a state: the epoch of its lineage and its revision within it.
-// Revision 0 means that no report has been merged in this epoch.
-type Version struct {
-	Epoch    string
-	Revision uint64
-}
-
 // MergeResult is what Merge produced.
 type MergeResult struct {
-	Version
+	flowstate.Version
 	// Changed reports whether the aggregate differs from before the merge.
 	Changed bool
 	// Applied is when the report was applied (Options.Now, read once per
@@ -38,13 +33,13 @@ type MergeResult struct {
 
 // Snapshot is a copy of the aggregate at one version.
 type Snapshot struct {
-	Version
+	flowstate.Version
 	// Flows is the aggregate, sorted by ID.
-	Flows []Flow
+	Flows []flowstate.Flow
 }
 
 // Value returns the snapshot's aggregate as a FlowStateValue.
-func (s Snapshot) Value() FlowStateValue { return ValueOf(s.Flows) }
+func (s Snapshot) Value() flowstate.FlowStateValue { return flowstate.ValueOf(s.Flows) }
 
 // Options configure a Manager. The zero value is the seed's behaviour.
 type Options struct {
@@ -72,7 +67,7 @@ type Manager struct {
 	// flushMu serialises the writes of the aggregate key that Flush makes
 	// outside mu, and guards flushFlows and flushBuf. Taken before mu.
 	flushMu    sync.Mutex
-	flushFlows []Flow
+	flushFlows []flowstate.Flow
 	flushBuf   []byte
 	flushVal   valuePair // the aggregate written lazily, when lazy is set
 
@@ -83,7 +78,7 @@ type Manager struct {
 	rev       uint64               // revision of the last applied write in epoch
 	agg       *Aggregate           // every node's last report
 	nodes     map[uint64]*nodeMeta // per node of agg: its key and when it reported
-	override  []Flow               // the value of the last Put, until the next Merge; nil if none
+	override  []flowstate.Flow     // the value of the last Put, until the next Merge; nil if none
 	dirty     bool                 // the aggregate key lags behind the aggregate
 	deltaBase uint64               // revision of the last Delta taken in epoch; 0: none
 	resync    bool                 // the next Delta must make clients resync
@@ -91,9 +86,9 @@ type Manager struct {
 	// Scratch space reused by Merge so that a steady stream of reports does
 	// not allocate.
 	buf   []byte
-	spare []Flow
-	out   []Flow // the aggregate being written by flushLocked
-	index map[FlowID]int
+	spare []flowstate.Flow
+	out   []flowstate.Flow // the aggregate being written by flushLocked
+	index map[flowstate.FlowID]int
 }
 
 // nodeMeta is what a Manager keeps of a node beside its report.
@@ -117,7 +112,7 @@ func NewManager(store kv.Store, opts Options) *Manager {
 		opts:  opts,
 		agg:   NewAggregate(),
 		nodes: make(map[uint64]*nodeMeta),
-		index: make(map[FlowID]int),
+		index: make(map[flowstate.FlowID]int),
 	}
 }
 
@@ -127,17 +122,17 @@ func NewManager(store kv.Store, opts Options) *Manager {
 // the aggregate under StateKey before it returns, as the seed does. It does
 // not retain v. A report that would take the state past Options.Limits is
 // refused with a *CapacityError, before anything is written.
-func (m *Manager) Merge(ctx context.Context, nodeID uint64, v FlowStateValue) (MergeResult, error) {
+func (m *Manager) Merge(ctx context.Context, nodeID uint64, v flowstate.FlowStateValue) (MergeResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.spare = v.appendFlows(m.spare[:0], m.index)
+	m.spare = v.AppendFlows(m.spare[:0], m.index)
 	return m.mergeLocked(ctx, nodeID, m.spare)
 }
 
 // MergeFlows is Merge for a report given as flows sorted by ID, each ID once
 // (ErrUnsortedFlows otherwise). Flows with no field present are ignored. It
 // does not retain flows. It is the allocation-free path for decoders.
-func (m *Manager) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (MergeResult, error) {
+func (m *Manager) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (MergeResult, error) {
 	if err := checkSorted(flows); err != nil {
 		return MergeResult{}, err
 	}
@@ -148,7 +143,7 @@ func (m *Manager) MergeFlows(ctx context.Context, nodeID uint64, flows []Flow) (
 
 // checkSorted returns ErrUnsortedFlows unless flows are sorted by ID, each
 // ID once.
-func checkSorted(flows []Flow) error {
+func checkSorted(flows []flowstate.Flow) error {
 	for i := 1; i < len(flows); i++ {
 		if flows[i].ID <= flows[i-1].ID {
 			return ErrUnsortedFlows
@@ -157,7 +152,7 @@ func checkSorted(flows []Flow) error {
 	return nil
 }
 
-func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flow) (MergeResult, error) {
+func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []flowstate.Flow) (MergeResult, error) {
 	// One lookup of the node per report: its aggregate entry holds the
 	// Manager's meta (set by every merge that created it).
 	n := m.agg.nodes[nodeID]
@@ -171,7 +166,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 		meta = n.meta
 		key, val = meta.key, meta.val
 	} else {
-		key = NodeKey(nodeID)
+		key = flowstate.NodeKey(nodeID)
 	}
 	rev, val, err := m.putNodeLocked(ctx, key, val, incoming)
 	if err != nil {
@@ -201,7 +196,7 @@ func (m *Manager) mergeLocked(ctx context.Context, nodeID uint64, incoming []Flo
 	if changed {
 		m.dirty = true
 	}
-	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}, Changed: changed, Applied: meta.seen}
+	res := MergeResult{Version: flowstate.Version{Epoch: m.epoch, Revision: m.rev}, Changed: changed, Applied: meta.seen}
 	if !m.opts.DeferAggregateWrite {
 		if err := m.flushLocked(ctx); err != nil {
 			return res, err
@@ -234,7 +229,7 @@ func (m *Manager) syncEpochLocked(ctx context.Context) error {
 }
 
 // appendAggregateLocked appends the current aggregate to dst, sorted by ID.
-func (m *Manager) appendAggregateLocked(dst []Flow) []Flow {
+func (m *Manager) appendAggregateLocked(dst []flowstate.Flow) []flowstate.Flow {
 	if m.override != nil {
 		return append(dst, m.override...)
 	}
@@ -263,10 +258,10 @@ func (m *Manager) Flush(ctx context.Context) error {
 	var err error
 	if m.lazy != nil {
 		// The copy is the value: it is rendered if someone reads the key.
-		rev, err = m.flushVal.put(ctx, m.lazy, StateKey, m.flushFlows)
+		rev, err = m.flushVal.put(ctx, m.lazy, flowstate.StateKey, m.flushFlows)
 	} else {
-		m.flushBuf = AppendJSON(m.flushBuf[:0], m.flushFlows)
-		rev, err = m.store.Put(ctx, StateKey, m.flushBuf)
+		m.flushBuf = flowstate.AppendJSON(m.flushBuf[:0], m.flushFlows)
+		rev, err = m.store.Put(ctx, flowstate.StateKey, m.flushBuf)
 	}
 
 	m.mu.Lock()
@@ -291,8 +286,8 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 		return nil
 	}
 	m.out = m.appendAggregateLocked(m.out[:0])
-	m.buf = AppendJSON(m.buf[:0], m.out)
-	rev, err := m.store.Put(ctx, StateKey, m.buf)
+	m.buf = flowstate.AppendJSON(m.buf[:0], m.out)
+	rev, err := m.store.Put(ctx, flowstate.StateKey, m.buf)
 	if err != nil {
 		return fmt.Errorf("flowstate: store aggregate: %w", err)
 	}
@@ -309,7 +304,7 @@ func (m *Manager) flushLocked(ctx context.Context) error {
 // deleteStaleLocked removes an aggregate written into a new epoch, and
 // returns ErrStoreCleared.
 func (m *Manager) deleteStaleLocked(ctx context.Context) error {
-	if _, err := m.store.Delete(ctx, StateKey); err != nil {
+	if _, err := m.store.Delete(ctx, flowstate.StateKey); err != nil {
 		return fmt.Errorf("%w; removing the stale aggregate failed: %w", ErrStoreCleared, err)
 	}
 	return ErrStoreCleared
@@ -318,18 +313,18 @@ func (m *Manager) deleteStaleLocked(ctx context.Context) error {
 // Put replaces the aggregate with v and writes it under StateKey, as the
 // seed's put does. The next Merge aggregates the nodes' reports again and
 // replaces it. Put returns the new version.
-func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
+func (m *Manager) Put(ctx context.Context, v flowstate.FlowStateValue) (flowstate.Version, error) {
 	m.flushMu.Lock() // no Flush may write an older aggregate after this one
 	defer m.flushMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	flows := v.Flows()
 	if flows == nil {
-		flows = []Flow{} // an empty value overrides too: override == nil means none
+		flows = []flowstate.Flow{} // an empty value overrides too: override == nil means none
 	}
-	rev, err := m.store.Put(ctx, StateKey, AppendJSON(nil, flows))
+	rev, err := m.store.Put(ctx, flowstate.StateKey, flowstate.AppendJSON(nil, flows))
 	if err != nil {
-		return Version{}, fmt.Errorf("flowstate: store aggregate: %w", err)
+		return flowstate.Version{}, fmt.Errorf("flowstate: store aggregate: %w", err)
 	}
 	if rev.Epoch != m.epoch {
 		m.resetLocked(rev.Epoch)
@@ -337,41 +332,41 @@ func (m *Manager) Put(ctx context.Context, v FlowStateValue) (Version, error) {
 	m.override, m.resync = flows, true
 	m.rev = rev.Seq
 	m.dirty = false
-	return Version{Epoch: m.epoch, Revision: m.rev}, nil
+	return flowstate.Version{Epoch: m.epoch, Revision: m.rev}, nil
 }
 
 // Get returns the aggregate and its version. At revision 0 (nothing merged
 // in this epoch, the seed's None) the value is empty.
-func (m *Manager) Get(ctx context.Context) (FlowStateValue, Version, error) {
+func (m *Manager) Get(ctx context.Context) (flowstate.FlowStateValue, flowstate.Version, error) {
 	s, err := m.Snapshot(ctx, nil)
 	if err != nil {
-		return FlowStateValue{}, Version{}, err
+		return flowstate.FlowStateValue{}, flowstate.Version{}, err
 	}
 	return s.Value(), s.Version, nil
 }
 
 // Snapshot returns the aggregate as flows appended to dst[:0], with its
 // version. Its cost is linear in the number of flows of the aggregate.
-func (m *Manager) Snapshot(ctx context.Context, dst []Flow) (Snapshot, error) {
+func (m *Manager) Snapshot(ctx context.Context, dst []flowstate.Flow) (Snapshot, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.syncEpochLocked(ctx); err != nil {
 		return Snapshot{}, err
 	}
 	return Snapshot{
-		Version: Version{Epoch: m.epoch, Revision: m.rev},
+		Version: flowstate.Version{Epoch: m.epoch, Revision: m.rev},
 		Flows:   m.appendAggregateLocked(dst[:0]),
 	}, nil
 }
 
 // Version returns the current version without copying the aggregate.
-func (m *Manager) Version(ctx context.Context) (Version, error) {
+func (m *Manager) Version(ctx context.Context) (flowstate.Version, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.syncEpochLocked(ctx); err != nil {
-		return Version{}, err
+		return flowstate.Version{}, err
 	}
-	return Version{Epoch: m.epoch, Revision: m.rev}, nil
+	return flowstate.Version{Epoch: m.epoch, Revision: m.rev}, nil
 }
 
 // Sync does nothing: the Manager's state is its store's. It is there so

@@ -1,8 +1,10 @@
-package flowstate
+package state
 
 import (
 	"cmp"
 	"slices"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // The contributions to one flow of the Aggregate and their per-field max.
@@ -13,7 +15,7 @@ import (
 // max-heap of slots, so that an update costs O(log k) rather than a scan.
 
 // add appends node n's contribution f and returns its slot.
-func (e *aggFlow) add(n *aggNode, f Flow) int32 {
+func (e *aggFlow) add(n *aggNode, f flowstate.Flow) int32 {
 	slot := int32(len(e.contribs))
 	e.contribs = append(e.contribs, contrib{node: n, flow: f, pos: [numFields]int32{-1, -1, -1}})
 	switch {
@@ -31,7 +33,7 @@ func (e *aggFlow) add(n *aggNode, f Flow) int32 {
 
 // set replaces the contribution at slot with f and reports whether the
 // entry changed.
-func (e *aggFlow) set(slot int32, f Flow) bool {
+func (e *aggFlow) set(slot int32, f flowstate.Flow) bool {
 	c := &e.contribs[slot]
 	old := c.flow
 	c.flow = f
@@ -78,7 +80,7 @@ func (e *aggFlow) remove(slot int32) {
 				}
 			}
 		}
-		i, _ := slices.BinarySearchFunc(m.node.flows, e.agg.ID, func(x Flow, id FlowID) int { return cmpID(x.ID, id) })
+		i, _ := slices.BinarySearchFunc(m.node.flows, e.agg.ID, func(x flowstate.Flow, id flowstate.FlowID) int { return cmp.Compare(x.ID, id) })
 		m.node.slots[i] = slot
 	}
 	e.contribs[last] = contrib{}
@@ -94,30 +96,30 @@ func (e *aggFlow) remove(slot int32) {
 // recompute sets e.agg to the per-field max of the contributions and
 // reports whether it changed.
 func (e *aggFlow) recompute() bool {
-	agg := Flow{ID: e.agg.ID}
+	agg := flowstate.Flow{ID: e.agg.ID}
 	switch {
 	case e.large:
 		if h := e.heaps[0]; len(h) > 0 {
-			agg.Has, agg.StateSize = agg.Has|HasStateSize, e.contribs[h[0]].flow.StateSize
+			agg.Has, agg.StateSize = agg.Has|flowstate.HasStateSize, e.contribs[h[0]].flow.StateSize
 		}
 		if h := e.heaps[1]; len(h) > 0 {
-			agg.Has, agg.LastExecTime = agg.Has|HasLastExecTime, e.contribs[h[0]].flow.LastExecTime
+			agg.Has, agg.LastExecTime = agg.Has|flowstate.HasLastExecTime, e.contribs[h[0]].flow.LastExecTime
 		}
 		if h := e.heaps[2]; len(h) > 0 {
-			agg.Has, agg.StartTime = agg.Has|HasStartTime, e.contribs[h[0]].flow.StartTime
+			agg.Has, agg.StartTime = agg.Has|flowstate.HasStartTime, e.contribs[h[0]].flow.StartTime
 		}
 	case len(e.contribs) == 1:
 		agg = e.contribs[0].flow
 	default:
 		for i := range e.contribs {
 			f := &e.contribs[i].flow
-			if f.Has&HasStateSize != 0 && (agg.Has&HasStateSize == 0 || f.StateSize > agg.StateSize) {
+			if f.Has&flowstate.HasStateSize != 0 && (agg.Has&flowstate.HasStateSize == 0 || f.StateSize > agg.StateSize) {
 				agg.StateSize = f.StateSize
 			}
-			if f.Has&HasLastExecTime != 0 && (agg.Has&HasLastExecTime == 0 || f.LastExecTime > agg.LastExecTime) {
+			if f.Has&flowstate.HasLastExecTime != 0 && (agg.Has&flowstate.HasLastExecTime == 0 || f.LastExecTime > agg.LastExecTime) {
 				agg.LastExecTime = f.LastExecTime
 			}
-			if f.Has&HasStartTime != 0 && (agg.Has&HasStartTime == 0 || f.StartTime > agg.StartTime) {
+			if f.Has&flowstate.HasStartTime != 0 && (agg.Has&flowstate.HasStartTime == 0 || f.StartTime > agg.StartTime) {
 				agg.StartTime = f.StartTime
 			}
 			agg.Has |= f.Has
@@ -156,7 +158,7 @@ func (e *aggFlow) above(k int, x, y int32) bool {
 }
 
 // cmpField compares field k of a and b.
-func cmpField(a, b *Flow, k int) int {
+func cmpField(a, b *flowstate.Flow, k int) int {
 	switch k {
 	case 0:
 		return cmp.Compare(a.StateSize, b.StateSize)

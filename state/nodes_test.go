@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // clock is a settable Options.Now.
@@ -17,7 +18,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func TestNodesListsEachReportingNodeWithItsTimeAndFlows(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	m, _ := newManager(t, flowstate.Options{Now: c.now})
+	m, _ := newManager(t, state.Options{Now: c.now})
 	merge(t, m, 2, flowstate.FlowStateValue{StateSize: sizes{1: 1, 2: 2}})
 	c.t = c.t.Add(time.Second)
 	res := merge(t, m, 1, flowstate.FlowStateValue{LastExecTimeMap: times{3: 3}})
@@ -25,7 +26,7 @@ func TestNodesListsEachReportingNodeWithItsTimeAndFlows(t *testing.T) {
 	nodes, v, err := m.Nodes(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, res.Version, v)
-	assert.Equal(t, []flowstate.NodeInfo{
+	assert.Equal(t, []state.NodeInfo{
 		{ID: 1, LastReport: time.Unix(1001, 0), Flows: 1},
 		{ID: 2, LastReport: time.Unix(1000, 0), Flows: 2},
 	}, nodes)
@@ -37,7 +38,7 @@ func TestNodesListsEachReportingNodeWithItsTimeAndFlows(t *testing.T) {
 func TestEvictSilentRemovesOnlySilentNodesAndTheirKeys(t *testing.T) {
 	for _, deferWrite := range []bool{false, true} {
 		c := &clock{t: time.Unix(1000, 0)}
-		m, store := newManager(t, flowstate.Options{Now: c.now, DeferAggregateWrite: deferWrite})
+		m, store := newManager(t, state.Options{Now: c.now, DeferAggregateWrite: deferWrite})
 		merge(t, m, 1, flowstate.FlowStateValue{StateSize: sizes{1: 10, 7: 10}})
 		c.t = c.t.Add(time.Minute)
 		before := merge(t, m, 2, flowstate.FlowStateValue{StateSize: sizes{2: 20, 7: 5}})

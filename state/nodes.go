@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"cmp"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/kv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // NodeInfo describes one node whose report is part of the aggregate.
@@ -35,14 +37,14 @@ func sortNodes(nodes []NodeInfo) {
 
 // Nodes returns the nodes whose reports make up the aggregate, by ID, with
 // the version of the state. It holds the lock only to copy them.
-func (m *Manager) Nodes(ctx context.Context) ([]NodeInfo, Version, error) {
+func (m *Manager) Nodes(ctx context.Context) ([]NodeInfo, flowstate.Version, error) {
 	m.mu.Lock()
 	if err := m.syncEpochLocked(ctx); err != nil {
 		m.mu.Unlock()
-		return nil, Version{}, err
+		return nil, flowstate.Version{}, err
 	}
 	out := copyNodes(m.agg, func(id uint64) time.Time { return m.nodes[id].seen })
-	v := Version{Epoch: m.epoch, Revision: m.rev}
+	v := flowstate.Version{Epoch: m.epoch, Revision: m.rev}
 	m.mu.Unlock()
 	sortNodes(out)
 	return out, v, nil
@@ -66,7 +68,7 @@ func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 		return nil, MergeResult{}, err
 	}
 	var evicted []uint64
-	res := MergeResult{Version: Version{Epoch: m.epoch, Revision: m.rev}}
+	res := MergeResult{Version: flowstate.Version{Epoch: m.epoch, Revision: m.rev}}
 	for id, meta := range m.nodes {
 		if !meta.seen.Before(cutoff) {
 			continue
@@ -77,7 +79,7 @@ func (m *Manager) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 		}
 		if rev.Epoch != m.epoch {
 			m.resetLocked(rev.Epoch) // the store was cleared: nothing left to evict
-			return evicted, MergeResult{Version: Version{Epoch: m.epoch}}, nil
+			return evicted, MergeResult{Version: flowstate.Version{Epoch: m.epoch}}, nil
 		}
 		if m.agg.Remove(id) || m.override != nil {
 			m.override, m.resync = nil, m.resync || m.override != nil
@@ -105,10 +107,10 @@ type lazyStore interface {
 
 // flowsValue is a stored value kept as flows: it renders their JSON
 // (AppendJSON) when the store's key is read.
-type flowsValue struct{ flows []Flow }
+type flowsValue struct{ flows []flowstate.Flow }
 
 // AppendValue implements kv.Renderer.
-func (v *flowsValue) AppendValue(dst []byte) []byte { return AppendJSON(dst, v.flows) }
+func (v *flowsValue) AppendValue(dst []byte) []byte { return flowstate.AppendJSON(dst, v.flows) }
 
 // valuePair is one key's value written lazily: two flowsValues, the store
 // holding at most one of them, so that the next write fills the other
@@ -121,7 +123,7 @@ type valuePair struct {
 
 // put copies flows into the value that the store does not hold and writes
 // it under key. A failed write leaves the store's value as it was.
-func (p *valuePair) put(ctx context.Context, store lazyStore, key string, flows []Flow) (kv.Revision, error) {
+func (p *valuePair) put(ctx context.Context, store lazyStore, key string, flows []flowstate.Flow) (kv.Revision, error) {
 	v := &p.vals[p.next]
 	v.flows = append(v.flows[:0], flows...)
 	rev, err := store.PutLazy(ctx, key, v)
@@ -134,9 +136,9 @@ func (p *valuePair) put(ctx context.Context, store lazyStore, key string, flows 
 
 // putNodeLocked writes a node's report under its key: as flows, in val
 // (made if nil), if the store renders values when read, or encoded.
-func (m *Manager) putNodeLocked(ctx context.Context, key string, val *valuePair, flows []Flow) (kv.Revision, *valuePair, error) {
+func (m *Manager) putNodeLocked(ctx context.Context, key string, val *valuePair, flows []flowstate.Flow) (kv.Revision, *valuePair, error) {
 	if m.lazy == nil {
-		m.buf = AppendJSON(m.buf[:0], flows)
+		m.buf = flowstate.AppendJSON(m.buf[:0], flows)
 		rev, err := m.store.Put(ctx, key, m.buf)
 		return rev, nil, err
 	}

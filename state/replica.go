@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // PublisherKey holds the publisher lease: the id of the worker that holds it.
@@ -92,7 +94,7 @@ type Replica struct {
 	kick  chan struct{} // wakes the lease loop; capacity 1
 
 	aggMu        sync.Mutex // serialises the aggregate-key writes; guards aggFlows, aggJSON, fenceRefused
-	aggFlows     []Flow
+	aggFlows     []flowstate.Flow
 	aggJSON      []byte
 	fenceRefused bool // the store refused a fenced write while the lease was held; logged
 
@@ -108,7 +110,7 @@ type Replica struct {
 	agg         *Aggregate              // what the watch applied
 	nodes       map[uint64]*replicaNode // per node of agg
 	frozen      bool                    // frozenFlows and rev hold the last exact state
-	frozenFlows []Flow
+	frozenFlows []flowstate.Flow
 	changed     bool          // the aggregate changed since it was last served
 	watermark   uint64        // sequence number of the last write the watch delivered
 	nodeRev     uint64        // sequence number of the last node-key write applied
@@ -119,7 +121,7 @@ type Replica struct {
 	awaited     bool          // an await took advanced since it was last replaced
 	deltaBase   uint64        // revision of the last Delta in epoch
 	resync      bool          // the next Delta must make clients resync
-	spare       []Flow
+	spare       []flowstate.Flow
 	own         map[uint64][]*ownWrite // per node, this worker's writes the watch has not delivered, in order
 	ownNew      map[uint64]struct{}    // nodes with writes in own that were new to agg when written
 	ownFlows    int                    // the flows of the writes in own, counted against Limits.MaxFlows

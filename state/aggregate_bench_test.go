@@ -1,10 +1,11 @@
-package flowstate_test
+package state_test
 
 import (
 	"fmt"
 	"testing"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // BenchmarkAggregateShared measures one report of 10,000 flows when nodes
@@ -16,7 +17,7 @@ func BenchmarkAggregateShared(b *testing.B) {
 	const flows = 10_000
 	for _, nodes := range []int{1, 100, 2000} {
 		b.Run(fmt.Sprintf("nodes=%d/flows=%d", nodes, flows), func(b *testing.B) {
-			a := flowstate.NewAggregate()
+			a := state.NewAggregate()
 			report := make([]flowstate.Flow, flows)
 			fill := func(node, round int) {
 				for i := range report {
@@ -55,8 +56,8 @@ func BenchmarkAggregateShared(b *testing.B) {
 // changes, which by then are more than half of the flows: a resync.
 func BenchmarkAggregateFlood(b *testing.B) {
 	const nodes, flows, perTake = 10_000, 10, 6_000
-	lim := flowstate.Limits{MaxNodes: nodes, MaxFlows: nodes * flows}
-	a := flowstate.NewAggregate()
+	lim := state.Limits{MaxNodes: nodes, MaxFlows: nodes * flows}
+	a := state.NewAggregate()
 	report := make([]flowstate.Flow, flows)
 	fill := func(node, round int) {
 		for f := range report {

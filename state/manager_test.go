@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"math"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestMergeMaxFallsBackWhenHolderLeavesOrLowers(t *testing.T) {
@@ -52,7 +53,7 @@ func TestMergeMaxFallsBackWhenHolderLeavesOrLowers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, store := newManager(t, flowstate.Options{})
+			m, store := newManager(t, state.Options{})
 			merge(t, m, 1, full(100, 1000, 10))
 			merge(t, m, 2, full(300, 3000, 30)) // holds every max
 			merge(t, m, 3, full(200, 2000, 20))
@@ -70,7 +71,7 @@ func TestMergeMaxFallsBackWhenHolderLeavesOrLowers(t *testing.T) {
 }
 
 func TestMergeSameReportTwiceLeavesAggregateUnchanged(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 	merge(t, m, 2, value(sizes{2: 20}, times{2: 200}, nil))
 	report := value(sizes{1: 10}, times{1: 100}, times{1: 1})
 
@@ -90,10 +91,10 @@ func TestMergeSameReportTwiceLeavesAggregateUnchanged(t *testing.T) {
 }
 
 func TestMergeExtremeNodeIDs(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 
-	merge(t, m, 0, state(times{1: 100}))
-	merge(t, m, math.MaxUint64, state(times{2: 200}))
+	merge(t, m, 0, execState(times{1: 100}))
+	merge(t, m, math.MaxUint64, execState(times{2: 200}))
 
 	dump := store.Dump()
 	assert.ElementsMatch(t, []string{
@@ -106,12 +107,12 @@ func TestMergeExtremeNodeIDs(t *testing.T) {
 	assert.Equal(t, `{"state_size":{},"last_exec_time_map":{"2":200},"start_time_map":{}}`,
 		string(dump["__flow/state/node/18446744073709551615"]))
 	got, _ := get(t, m)
-	assert.Equal(t, state(times{1: 100, 2: 200}), got)
+	assert.Equal(t, execState(times{1: 100, 2: 200}), got)
 
 	// The extreme ids are independent nodes: replacing one keeps the other.
-	merge(t, m, math.MaxUint64, state(times{}))
+	merge(t, m, math.MaxUint64, execState(times{}))
 	got, _ = get(t, m)
-	assert.Equal(t, state(times{1: 100}), got)
+	assert.Equal(t, execState(times{1: 100}), got)
 }
 
 func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
@@ -130,7 +131,7 @@ func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
 			times{own: int64(g), shared: int64((g * 37) % nodes)},
 		)
 	}
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 
 	revs := make([][]uint64, nodes)
 	var wg sync.WaitGroup
@@ -188,14 +189,14 @@ func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
 }
 
 func TestMergeAfterClearNoReportReappears(t *testing.T) {
-	for _, opts := range []flowstate.Options{{}, {DeferAggregateWrite: true}} {
+	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
 		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
 			t.Run("get between clear and merge", func(t *testing.T) {
 				m, store := newManager(t, opts)
-				merge(t, m, 1, state(times{1: 100}))
-				old := merge(t, m, 2, state(times{2: 200}))
+				merge(t, m, 1, execState(times{1: 100}))
+				old := merge(t, m, 2, execState(times{2: 200}))
 				flush(t, m)
-				require.Equal(t, state(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
+				require.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
 
 				require.NoError(t, store.Clear(t.Context()))
 				v, ver := get(t, m)
@@ -205,40 +206,40 @@ func TestMergeAfterClearNoReportReappears(t *testing.T) {
 				flush(t, m) // nothing to write in the new epoch
 				assert.Empty(t, store.Dump())
 
-				res := merge(t, m, 3, state(times{3: 300}))
+				res := merge(t, m, 3, execState(times{3: 300}))
 				assert.Equal(t, ver.Epoch, res.Epoch)
 				v, _ = get(t, m)
-				assert.Equal(t, state(times{3: 300}), v)
+				assert.Equal(t, execState(times{3: 300}), v)
 				flush(t, m)
 				assert.ElementsMatch(t, []string{flowstate.StateKey, flowstate.NodeKey(3)}, storedKeys(store))
-				assert.Equal(t, state(times{3: 300}), storedValue(t, store, flowstate.StateKey))
+				assert.Equal(t, execState(times{3: 300}), storedValue(t, store, flowstate.StateKey))
 			})
 			t.Run("merge straight after clear", func(t *testing.T) {
 				m, store := newManager(t, opts)
-				merge(t, m, 1, state(times{1: 100}))
+				merge(t, m, 1, execState(times{1: 100}))
 				flush(t, m)
 
 				require.NoError(t, store.Clear(t.Context()))
-				merge(t, m, 2, state(times{2: 200}))
+				merge(t, m, 2, execState(times{2: 200}))
 
 				v, _ := get(t, m)
-				assert.Equal(t, state(times{2: 200}), v)
+				assert.Equal(t, execState(times{2: 200}), v)
 				flush(t, m)
 				assert.ElementsMatch(t, []string{flowstate.StateKey, flowstate.NodeKey(2)}, storedKeys(store))
-				assert.Equal(t, state(times{2: 200}), storedValue(t, store, flowstate.StateKey))
+				assert.Equal(t, execState(times{2: 200}), storedValue(t, store, flowstate.StateKey))
 			})
 		})
 	}
 }
 
 func TestFlushAfterClearDoesNotStoreStaleAggregate(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{DeferAggregateWrite: true})
-	merge(t, m, 1, state(times{1: 100})) // not flushed yet
+	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
+	merge(t, m, 1, execState(times{1: 100})) // not flushed yet
 
 	require.NoError(t, store.Clear(t.Context()))
 	err := m.Flush(t.Context())
 
-	assert.ErrorIs(t, err, flowstate.ErrStoreCleared)
+	assert.ErrorIs(t, err, state.ErrStoreCleared)
 	assert.Empty(t, store.Dump(), "the aggregate of the old epoch must not stay stored")
 	v, ver := get(t, m)
 	assert.Zero(t, ver.Revision)
@@ -246,46 +247,46 @@ func TestFlushAfterClearDoesNotStoreStaleAggregate(t *testing.T) {
 }
 
 func TestDeferAggregateWriteLeavesStateKeyUntilFlush(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
 
-	res := merge(t, m, 1, state(times{1: 100}))
+	res := merge(t, m, 1, execState(times{1: 100}))
 	assert.True(t, res.Changed)
 	assert.NotContains(t, store.Dump(), flowstate.StateKey)
 	assert.Contains(t, store.Dump(), flowstate.NodeKey(1))
-	merge(t, m, 2, state(times{2: 200}))
+	merge(t, m, 2, execState(times{2: 200}))
 	assert.NotContains(t, store.Dump(), flowstate.StateKey)
 	v, ver := get(t, m) // current without a flush
-	assert.Equal(t, state(times{1: 100, 2: 200}), v)
+	assert.Equal(t, execState(times{1: 100, 2: 200}), v)
 	assert.NotZero(t, ver.Revision)
 
 	flush(t, m)
-	require.Equal(t, state(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
+	require.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
 	written, err := store.Get(t.Context(), flowstate.StateKey)
 	require.NoError(t, err)
 
 	// Nothing changed: neither a flush nor an unchanged report rewrites it.
 	flush(t, m)
-	merge(t, m, 1, state(times{1: 100}))
+	merge(t, m, 1, execState(times{1: 100}))
 	flush(t, m)
 	again, err := store.Get(t.Context(), flowstate.StateKey)
 	require.NoError(t, err)
 	assert.Equal(t, written.Revision, again.Revision, "the aggregate key was rewritten without a change")
 
 	// A change is visible at once and stored at the next flush.
-	merge(t, m, 1, state(times{1: 150}))
+	merge(t, m, 1, execState(times{1: 150}))
 	v, _ = get(t, m)
-	assert.Equal(t, state(times{1: 150, 2: 200}), v)
-	assert.Equal(t, state(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
+	assert.Equal(t, execState(times{1: 150, 2: 200}), v)
+	assert.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
 	flush(t, m)
-	assert.Equal(t, state(times{1: 150, 2: 200}), storedValue(t, store, flowstate.StateKey))
+	assert.Equal(t, execState(times{1: 150, 2: 200}), storedValue(t, store, flowstate.StateKey))
 }
 
 func TestMergeWithoutDeferWritesStateKeyEveryChange(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
-	merge(t, m, 1, state(times{1: 100}))
-	assert.Equal(t, state(times{1: 100}), storedValue(t, store, flowstate.StateKey))
-	merge(t, m, 2, state(times{2: 200}))
-	assert.Equal(t, state(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
+	m, store := newManager(t, state.Options{})
+	merge(t, m, 1, execState(times{1: 100}))
+	assert.Equal(t, execState(times{1: 100}), storedValue(t, store, flowstate.StateKey))
+	merge(t, m, 2, execState(times{2: 200}))
+	assert.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
 
 	before, err := store.Get(t.Context(), flowstate.StateKey)
 	require.NoError(t, err)
@@ -296,8 +297,8 @@ func TestMergeWithoutDeferWritesStateKeyEveryChange(t *testing.T) {
 }
 
 func TestPutThenMergeReplacesPutValue(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
-	merge(t, m, 1, state(times{1: 100}))
+	m, store := newManager(t, state.Options{})
+	merge(t, m, 1, execState(times{1: 100}))
 
 	put := value(sizes{9: 900}, times{9: 9000}, times{9: 9})
 	ver, err := m.Put(t.Context(), put)
@@ -309,17 +310,17 @@ func TestPutThenMergeReplacesPutValue(t *testing.T) {
 
 	// As in the seed, the next merge aggregates the nodes' reports again:
 	// the put value is gone.
-	res := merge(t, m, 2, state(times{2: 200}))
+	res := merge(t, m, 2, execState(times{2: 200}))
 	assert.True(t, res.Changed)
 	assert.Greater(t, res.Revision, ver.Revision)
 	v, _ = get(t, m)
-	assert.Equal(t, state(times{1: 100, 2: 200}), v)
-	assert.Equal(t, state(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
+	assert.Equal(t, execState(times{1: 100, 2: 200}), v)
+	assert.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
 }
 
 func TestPutEmptyValueOverridesAggregate(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
-	merge(t, m, 1, state(times{1: 100}))
+	m, store := newManager(t, state.Options{})
+	merge(t, m, 1, execState(times{1: 100}))
 
 	ver, err := m.Put(t.Context(), flowstate.FlowStateValue{})
 	require.NoError(t, err)
@@ -333,8 +334,8 @@ func TestPutEmptyValueOverridesAggregate(t *testing.T) {
 }
 
 func TestPutBeforeAnyMerge(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
-	put := state(times{5: 500})
+	m, _ := newManager(t, state.Options{})
+	put := execState(times{5: 500})
 	ver, err := m.Put(t.Context(), put)
 	require.NoError(t, err)
 	v, got := get(t, m)
@@ -342,13 +343,13 @@ func TestPutBeforeAnyMerge(t *testing.T) {
 	assert.Equal(t, ver, got)
 	assert.NotZero(t, got.Revision)
 
-	merge(t, m, 1, state(times{1: 100}))
+	merge(t, m, 1, execState(times{1: 100}))
 	v, _ = get(t, m)
-	assert.Equal(t, state(times{1: 100}), v)
+	assert.Equal(t, execState(times{1: 100}), v)
 }
 
 func TestRevisionsStrictlyIncreaseAndMatchGet(t *testing.T) {
-	for _, opts := range []flowstate.Options{{}, {DeferAggregateWrite: true}} {
+	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
 		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
 			m, _ := newManager(t, opts)
 			_, ver := get(t, m)
@@ -366,18 +367,18 @@ func TestRevisionsStrictlyIncreaseAndMatchGet(t *testing.T) {
 			}
 			for i := range 20 {
 				node := uint64(i % 3)
-				res := merge(t, m, node, state(times{flowstate.FlowID(i % 5): int64(i)}))
+				res := merge(t, m, node, execState(times{flowstate.FlowID(i % 5): int64(i)}))
 				check("merge "+strconv.Itoa(i), res.Version)
 				if i%7 == 0 {
 					flush(t, m)
 				}
 				if i%9 == 0 {
-					ver, err := m.Put(t.Context(), state(times{99: int64(i)}))
+					ver, err := m.Put(t.Context(), execState(times{99: int64(i)}))
 					require.NoError(t, err)
 					check("put "+strconv.Itoa(i), ver)
 				}
 				if i%4 == 0 { // the same report again: unchanged, new revision
-					res := merge(t, m, node, state(times{flowstate.FlowID(i % 5): int64(i)}))
+					res := merge(t, m, node, execState(times{flowstate.FlowID(i % 5): int64(i)}))
 					check("repeat "+strconv.Itoa(i), res.Version)
 				}
 			}
@@ -386,14 +387,14 @@ func TestRevisionsStrictlyIncreaseAndMatchGet(t *testing.T) {
 }
 
 func TestEpochStaysAcrossMergesAndChangesOnClear(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 	epoch, err := store.Epoch(t.Context())
 	require.NoError(t, err)
 
 	_, ver := get(t, m)
 	assert.Equal(t, epoch, ver.Epoch, "get before any merge")
 	for i := range 5 {
-		res := merge(t, m, uint64(i), state(times{flowstate.FlowID(i): 1}))
+		res := merge(t, m, uint64(i), execState(times{flowstate.FlowID(i): 1}))
 		assert.Equal(t, epoch, res.Epoch)
 	}
 	_, ver = get(t, m)
@@ -406,13 +407,13 @@ func TestEpochStaysAcrossMergesAndChangesOnClear(t *testing.T) {
 	cur, err := m.Version(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, flowstate.Version{Epoch: newEpoch}, cur)
-	res := merge(t, m, 1, state(times{1: 1}))
+	res := merge(t, m, 1, execState(times{1: 1}))
 	assert.Equal(t, newEpoch, res.Epoch)
 	assert.NotZero(t, res.Revision)
 }
 
 func TestMergeDoesNotRetainValue(t *testing.T) {
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 	v := value(sizes{1: 10}, times{1: 100}, times{1: 1})
 	merge(t, m, 1, v)
 
@@ -430,7 +431,7 @@ func TestMergeFlowsMatchesMerge(t *testing.T) {
 		{ID: 2}, // no field: ignored
 		{ID: 3, Has: flowstate.HasStartTime, StartTime: -3},
 	}
-	m, store := newManager(t, flowstate.Options{})
+	m, store := newManager(t, state.Options{})
 
 	res, err := m.MergeFlows(t.Context(), 1, flows)
 
@@ -461,14 +462,14 @@ func TestMergeFlowsRejectsUnsortedInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, store := newManager(t, flowstate.Options{})
-			merge(t, m, 1, state(times{1: 100}))
+			m, store := newManager(t, state.Options{})
+			merge(t, m, 1, execState(times{1: 100}))
 			beforeValue, beforeVersion := get(t, m)
 			beforeDump := store.Dump()
 
 			_, err := m.MergeFlows(t.Context(), 1, tt.flows)
 
-			assert.ErrorIs(t, err, flowstate.ErrUnsortedFlows)
+			assert.ErrorIs(t, err, state.ErrUnsortedFlows)
 			v, ver := get(t, m)
 			assert.Equal(t, beforeValue, v)
 			assert.Equal(t, beforeVersion, ver)
@@ -481,7 +482,7 @@ func TestMergeDoesNotAllocateInSteadyState(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	m, _ := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	m, _ := newManager(t, state.Options{DeferAggregateWrite: true})
 	ctx := t.Context()
 	for node := range uint64(10) {
 		merge(t, m, node, value(sizes{flowstate.FlowID(node): 1}, times{flowstate.FlowID(node): 1}, nil))
@@ -520,7 +521,7 @@ func TestMergeDoesNotAllocateInSteadyState(t *testing.T) {
 
 func TestFirstEmptyReportOfEpochWritesStateKey(t *testing.T) {
 	const empty = `{"state_size":{},"last_exec_time_map":{},"start_time_map":{}}`
-	for _, opts := range []flowstate.Options{{}, {DeferAggregateWrite: true}} {
+	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
 		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
 			m, store := newManager(t, opts)
 
@@ -554,7 +555,7 @@ func TestMergeMemoryStaysProportionalToReports(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	m, _ := newManager(t, flowstate.Options{})
+	m, _ := newManager(t, state.Options{})
 	for round := range 2 {
 		for n := range nodes {
 			v := value(make(sizes), make(times), nil)
@@ -581,7 +582,7 @@ func TestMergeMemoryStaysProportionalToReports(t *testing.T) {
 // go on (Flush encodes outside the lock): the key written last, after a
 // final Flush, is the aggregate of every merge.
 func TestFlushConcurrentWithMergesEndsOnTheLastAggregate(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

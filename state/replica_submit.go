@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/flowstate-io/flowstate/kv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // DefaultWindow is ReplicaOptions.Window's default.
@@ -53,7 +55,7 @@ type ownWrite struct {
 	gen   uint64 // changes whenever the record is reused
 	seq   uint64 // the write's sequence number, once stored (0 before)
 	value []byte
-	flows []Flow
+	flows []flowstate.Flow
 	// counted is how many flows the write holds against
 	// Limits.MaxFlows while it is in flight (Replica.ownFlows).
 	counted int
@@ -77,13 +79,13 @@ func (r *Replica) Window() int { return r.opts.Window }
 // watch, as MergeFlows does. Submit may block while the store has too
 // many writes in flight, until ctx ends. Writes are stored in the order of
 // the Submit calls. flows is not retained.
-func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []Flow) (*Pending, error) {
+func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (*Pending, error) {
 	if err := checkSorted(flows); err != nil {
 		return nil, err
 	}
 	p := pendingPool.Get().(*Pending)
 	p.r, p.nodeID, p.seq, p.err, p.done = r, nodeID, 0, nil, false
-	p.buf = AppendJSON(p.buf[:0], flows)
+	p.buf = flowstate.AppendJSON(p.buf[:0], flows)
 	r.mu.Lock()
 	err := r.checkLocked()
 	if err == nil {
@@ -107,7 +109,7 @@ func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []Flow) (*Pen
 	r.mu.Unlock()
 
 	if ap, ok := r.store.(AsyncPutter); ok {
-		if err := ap.PutAsync(ctx, NodeKey(nodeID), p.buf, p.onStored); err != nil {
+		if err := ap.PutAsync(ctx, flowstate.NodeKey(nodeID), p.buf, p.onStored); err != nil {
 			p.forget()
 			p.done = true
 			p.Release()
@@ -115,7 +117,7 @@ func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []Flow) (*Pen
 		}
 		return p, nil
 	}
-	rev, err := r.store.Put(ctx, NodeKey(nodeID), p.buf)
+	rev, err := r.store.Put(ctx, flowstate.NodeKey(nodeID), p.buf)
 	p.storedCallback(rev, err)
 	return p, nil
 }
@@ -248,7 +250,7 @@ func (p *Pending) Release() {
 
 // rememberLocked records a write of this worker, so that the watch applies
 // flows when it delivers value.
-func (r *Replica) rememberLocked(nodeID uint64, value []byte, flows []Flow) *ownWrite {
+func (r *Replica) rememberLocked(nodeID uint64, value []byte, flows []flowstate.Flow) *ownWrite {
 	var w *ownWrite
 	if n := len(r.ownFree); n > 0 {
 		w = r.ownFree[n-1]
@@ -286,7 +288,7 @@ func (r *Replica) freeOwnLocked(w *ownWrite) {
 // bytes are value, if it has one, and forgets it with the writes of that
 // node that came before it or that the watch skipped. The flows are valid
 // until the next call.
-func (r *Replica) ownFlowsLocked(id uint64, value []byte, seq uint64) ([]Flow, bool) {
+func (r *Replica) ownFlowsLocked(id uint64, value []byte, seq uint64) ([]flowstate.Flow, bool) {
 	q := r.own[id]
 	if len(q) == 0 {
 		return nil, false
@@ -298,7 +300,7 @@ func (r *Replica) ownFlowsLocked(id uint64, value []byte, seq uint64) ([]Flow, b
 			break
 		}
 	}
-	var flows []Flow
+	var flows []flowstate.Flow
 	if match >= 0 {
 		flows = append(r.spare[:0], q[match].flows...)
 		r.spare = flows

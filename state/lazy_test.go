@@ -1,4 +1,4 @@
-package flowstate_test
+package state_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // encodedMemory is a kv.Memory seen only through kv.Store, so that a
@@ -21,15 +22,15 @@ type encodedMemory struct{ kv.Store }
 // over kv.Memory (values rendered when read) and one over a store that takes
 // bytes: after each step both stores hold the same keys and bytes.
 func TestLazyValuesStoreTheSameBytes(t *testing.T) {
-	for _, opts := range []flowstate.Options{{}, {DeferAggregateWrite: true}} {
+	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
 		t.Run(map[bool]string{false: "eager", true: "deferred"}[opts.DeferAggregateWrite], func(t *testing.T) {
 			ctx := t.Context()
 			clock := time.Unix(1_700_000_000, 0)
 			opts.Now = func() time.Time { return clock }
 			lazyStore, encStore := kv.NewMemory(), kv.NewMemory()
-			lazy := flowstate.NewManager(lazyStore, opts)
-			enc := flowstate.NewManager(encodedMemory{encStore}, opts)
-			both := func(step string, f func(m *flowstate.Manager, s *kv.Memory) error) {
+			lazy := state.NewManager(lazyStore, opts)
+			enc := state.NewManager(encodedMemory{encStore}, opts)
+			both := func(step string, f func(m *state.Manager, s *kv.Memory) error) {
 				t.Helper()
 				require.NoError(t, f(lazy, lazyStore), "%s (lazy)", step)
 				require.NoError(t, f(enc, encStore), "%s (encoded)", step)
@@ -38,7 +39,7 @@ func TestLazyValuesStoreTheSameBytes(t *testing.T) {
 				assert.Equal(t, stringValues(encStore.Dump()), stringValues(lazyStore.Dump()), "after %s", step)
 			}
 			mergeAll := func(step string, node uint64, v flowstate.FlowStateValue) {
-				both(step, func(m *flowstate.Manager, _ *kv.Memory) error {
+				both(step, func(m *state.Manager, _ *kv.Memory) error {
 					_, err := m.Merge(ctx, node, v)
 					return err
 				})
@@ -49,18 +50,18 @@ func TestLazyValuesStoreTheSameBytes(t *testing.T) {
 				mergeAll("replace", 1, value(sizes{1: uint64(11 + i), 3: 5}, times{3: int64(i)}, nil))
 			}
 			mergeAll("empty report", 2, value(nil, nil, nil))
-			both("put", func(m *flowstate.Manager, _ *kv.Memory) error {
+			both("put", func(m *state.Manager, _ *kv.Memory) error {
 				_, err := m.Put(ctx, value(sizes{9: 9}, nil, nil))
 				return err
 			})
 			mergeAll("merge after put", 3, value(sizes{4: 4}, times{4: 4}, times{4: 4}))
 			clock = clock.Add(time.Minute)
 			mergeAll("fresh report", 3, value(sizes{4: 5}, times{4: 4}, times{4: 4}))
-			both("evict", func(m *flowstate.Manager, _ *kv.Memory) error {
+			both("evict", func(m *state.Manager, _ *kv.Memory) error {
 				_, _, err := m.EvictSilent(ctx, clock)
 				return err
 			})
-			both("clear", func(_ *flowstate.Manager, s *kv.Memory) error { return s.Clear(ctx) })
+			both("clear", func(_ *state.Manager, s *kv.Memory) error { return s.Clear(ctx) })
 			mergeAll("merge after clear", 3, value(sizes{5: 5}, nil, nil))
 			mergeAll("again", 3, value(sizes{5: 6}, nil, nil))
 		})
@@ -71,7 +72,7 @@ func TestLazyValuesStoreTheSameBytes(t *testing.T) {
 // and flushes change them: each read is a whole value (and, under -race,
 // there is no data race between the store's renders and the merges).
 func TestLazyValuesReadWhileMerging(t *testing.T) {
-	m, store := newManager(t, flowstate.Options{DeferAggregateWrite: true})
+	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for range 2 {

@@ -1,4 +1,4 @@
-package flowstate
+package state
 
 import (
 	"log/slog"
@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/flowstate-io/flowstate/kv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // apply is the watch's callback: it applies one event. The lease sees the
@@ -54,7 +56,7 @@ func (r *Replica) applyLocked(ev kv.Event) bool {
 		r.freezeLocked()
 	}
 	r.watermark = ev.Revision.Seq
-	if strings.HasPrefix(ev.Key, NodeKeyPrefix) && ev.Revision.Seq > r.epochStart {
+	if strings.HasPrefix(ev.Key, flowstate.NodeKeyPrefix) && ev.Revision.Seq > r.epochStart {
 		r.applyNodeLocked(ev)
 	}
 	if r.ready && ev.Exact {
@@ -124,7 +126,7 @@ func (r *Replica) settleLocked() bool {
 // applyNodeLocked applies a write of a node's key. A write of this worker
 // is applied from the flows it retained, others' are decoded.
 func (r *Replica) applyNodeLocked(ev kv.Event) {
-	digits, ok := strings.CutPrefix(ev.Key, NodeKeyPrefix)
+	digits, ok := strings.CutPrefix(ev.Key, flowstate.NodeKeyPrefix)
 	id, err := strconv.ParseUint(digits, 10, 64)
 	if ok && err == nil {
 		r.keyBuf = strconv.AppendUint(r.keyBuf[:0], id, 10)
@@ -138,7 +140,7 @@ func (r *Replica) applyNodeLocked(ev kv.Event) {
 		if flows, ok := r.ownFlowsLocked(id, ev.Value, ev.Revision.Seq); ok {
 			r.spare = flows
 		} else {
-			flows, err := AppendValueFlows(r.spare, ev.Value)
+			flows, err := flowstate.AppendValueFlows(r.spare, ev.Value)
 			if err != nil {
 				r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
 					slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
 	"github.com/flowstate-io/flowstate/state"
 )
@@ -24,7 +25,7 @@ func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
 		if nodeID == 9 {
 			return state.MergeResult{}, &state.CapacityError{Limit: state.LimitMaxNodes, Max: 1, Would: 2}
 		}
-		return fake.State.MergeFlows(ctx, nodeID, flows)
+		return fake.Local.MergeFlows(ctx, nodeID, flows)
 	}
 	var logs logSink
 	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
@@ -54,21 +55,27 @@ func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
 func TestGetFloodIsDroppedAndALegitimateGetIsAnswered(t *testing.T) {
 	fake := newFakeState()
 	entered, gate := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	fake.sync = func(ctx context.Context) error {
-		if first.CompareAndSwap(false, true) {
+	var armed, first atomic.Bool
+	fake.version = func(ctx context.Context) (flowstate.Version, error) {
+		if armed.Load() && first.CompareAndSwap(false, true) {
 			close(entered)
 			select {
 			case <-gate:
 			case <-ctx.Done():
-				return ctx.Err()
+				return flowstate.Version{}, ctx.Err()
 			}
 		}
-		return nil
+		return fake.Local.Version(ctx)
 	}
 	const queue, flood = 8, 2000
 	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, EndpointPendingMsgs: queue})
+	updates, err := f.nc.SubscribeSync("flow.state")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
+	_, err = updates.NextMsg(wait)
+	require.NoError(t, err, "the report's update: the publisher has read the version")
+	armed.Store(true) // from now on only gets read it
 
 	inbox := nats.NewInbox()
 	replies, err := f.nc.SubscribeSync(inbox)
@@ -178,7 +185,7 @@ func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
 	entered := make(chan struct{})
 	fake.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 		if nodeID != 999 {
-			return fake.State.MergeFlows(ctx, nodeID, flows)
+			return fake.Local.MergeFlows(ctx, nodeID, flows)
 		}
 		close(entered)
 		select {
@@ -280,15 +287,14 @@ func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T)
 // read barrier failed) answers 503 instead of a state that may be older
 // than an ack, and answers again once the barrier holds.
 func TestGetWhoseReadBarrierFailsAnswers503(t *testing.T) {
-	fake := newFakeState()
 	var failing atomic.Bool
-	fake.sync = func(context.Context) error {
+	shared := &barrierState{Shared: startReplica(t, kv.NewSharedMemory(kv.SharedMemoryOptions{}), 8), sync: func(context.Context) error {
 		if failing.Load() {
 			return fmt.Errorf("the watch has not reached revision 9: %w", context.DeadlineExceeded)
 		}
 		return nil
-	}
-	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
+	}}
+	f := startSharedOn(t, startServer(t, nil), shared, consumer.Config{PublishInterval: 0})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 
 	failing.Store(true)
@@ -308,3 +314,11 @@ func TestGetWhoseReadBarrierFailsAnswers503(t *testing.T) {
 	_, rev, _ := get(t, f.nc, true)
 	assert.NotZero(t, rev)
 }
+
+// barrierState is a shared state whose read barrier a test chooses.
+type barrierState struct {
+	consumer.Shared
+	sync func(ctx context.Context) error
+}
+
+func (s *barrierState) Sync(ctx context.Context) error { return s.sync(ctx) }

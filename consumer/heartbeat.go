@@ -34,7 +34,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	node, hasNode, flows, err := w.decodeReport(msg)
 	var res state.MergeResult
 	if err == nil {
-		res, err = w.mgr.MergeFlows(w.ctx, w.report.NodeID, flows)
+		res, err = w.local.MergeFlows(w.ctx, w.report.NodeID, flows)
 	}
 	w.answer(msg, node, hasNode, w.report.NodeEpoch, w.report.HasNodeEpoch, start, res, err)
 }

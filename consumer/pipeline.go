@@ -10,22 +10,6 @@ import (
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// pipelined is a State that takes a report without waiting for it to be
-// stored (a state.Replica of a shared store): the heartbeat goroutine
-// submits, and a completion stage waits and answers, so that up to Window
-// writes are in flight. A State without it (a Manager) applies each report
-// on the heartbeat goroutine.
-type pipelined interface {
-	// Submit checks a report and sends its write; the Pending's Wait says
-	// when it is stored and applied, as MergeFlows would have returned.
-	// Writes are stored in the order of the calls.
-	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (*state.Pending, error)
-	// Window is how many reports may be in flight.
-	Window() int
-}
-
-var _ pipelined = (*state.Replica)(nil)
-
 // inflight is a report between intake and its answer.
 type inflight struct {
 	msg          *nats.Msg
@@ -43,13 +27,13 @@ type inflight struct {
 // (or failed). Its queue holds Window reports: a full queue blocks intake,
 // so that the subscription's pending limits apply.
 type pipeline struct {
-	state pipelined
+	state Shared
 	queue chan inflight
 	stop  chan struct{} // closed by Shutdown once intake has stopped
 	done  chan struct{} // closed when run returns
 }
 
-func newPipeline(state pipelined) *pipeline {
+func newPipeline(state Shared) *pipeline {
 	return &pipeline{state: state, queue: make(chan inflight, max(state.Window(), 1)), stop: make(chan struct{}), done: make(chan struct{})}
 }
 

@@ -88,7 +88,7 @@ func received(tb testing.TB, w *consumer.Worker, n uint64) {
 func TestPipelineAnswersInArrivalOrder(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 64), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 64), consumer.Config{})
 	ch := replies(t, f.nc)
 
 	// The watch is held, so that every report waits in the window; the
@@ -131,7 +131,7 @@ func TestPipelineAnswersInArrivalOrder(t *testing.T) {
 func TestPipelineFullWindowBlocksIntake(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 2), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 2), consumer.Config{})
 	ch := replies(t, f.nc)
 
 	mem.StallWatches()
@@ -159,7 +159,7 @@ func TestPipelineFullWindowBlocksIntake(t *testing.T) {
 func TestPipelineAnswersUnavailableForWhatWasNotStored(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 	mem.SetUnavailable(true)
 	msg := send(t, f.nc, subject(1), report(1, flow(1, 2, 2)))
@@ -178,7 +178,7 @@ func TestPipelineAnswersUnavailableForWhatWasNotStored(t *testing.T) {
 func TestPipelineShutdownAnswersWhatIsInFlight(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
 	ch := replies(t, f.nc)
 	mem.StallWatches()
 	defer mem.ResumeWatches()

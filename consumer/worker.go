@@ -26,9 +26,13 @@ const errorLevel = slog.LevelError
 // then Start it; Shutdown stops it.
 type Worker struct {
 	nc  *nats.Conn
-	mgr State // the state it serves (a Manager, or a replica of a shared store)
-	cfg Config
-	log *slog.Logger
+	mgr State // the state it serves, in either mode
+	// local is the state of --kv memory, shared the state of a shared
+	// store: exactly one is set, by New or NewShared.
+	local  Local
+	shared Shared
+	cfg    Config
+	log    *slog.Logger
 
 	hbSubject    string // <prefix>.heartbeat.*
 	hbPrefix     string // <prefix>.heartbeat.
@@ -49,7 +53,7 @@ type Worker struct {
 	sub  *nats.Subscription
 	svc  micro.Service
 	pub  *coalescer
-	pipe *pipeline // the completion stage, for a pipelined state; nil otherwise
+	pipe *pipeline // the completion stage, for a shared state; nil otherwise
 
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
@@ -78,11 +82,39 @@ type Worker struct {
 	throttle *throttle.Throttle
 }
 
-// New returns a Worker that will serve state on nc. It does no I/O; the
-// connection stays the caller's, who closes it after Shutdown.
-func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
-	if nc == nil || state == nil {
-		return nil, errors.New("consumer: a connection and a state are required")
+// New returns a Worker that will serve local, a state this worker alone
+// holds, on nc. It does no I/O; the connection stays the caller's, who
+// closes it after Shutdown.
+func New(nc *nats.Conn, local Local, cfg Config) (*Worker, error) {
+	if local == nil {
+		return nil, errors.New("consumer: a state is required")
+	}
+	w, err := newWorker(nc, local, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.local = local
+	return w, nil
+}
+
+// NewShared returns a Worker that will serve shared, the state of a store
+// that several workers share, on nc, as New does.
+func NewShared(nc *nats.Conn, shared Shared, cfg Config) (*Worker, error) {
+	if shared == nil {
+		return nil, errors.New("consumer: a state is required")
+	}
+	w, err := newWorker(nc, shared, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.shared = shared
+	w.pipe = newPipeline(shared)
+	return w, nil
+}
+
+func newWorker(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
+	if nc == nil {
+		return nil, errors.New("consumer: a connection is required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -106,9 +138,6 @@ func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
 	w.pubCtx, w.pubCancel = context.WithCancel(context.Background())
 	w.dec.MaxFlows = cfg.MaxFlows
 	w.pub = newCoalescer(cfg.PublishInterval, w.publishState)
-	if p, ok := state.(pipelined); ok {
-		w.pipe = newPipeline(p)
-	}
 	return w, nil
 }
 
@@ -226,7 +255,7 @@ func (w *Worker) Ready() error {
 		return errors.New("heartbeat subscription closed")
 	case !w.nc.IsConnected():
 		return errors.New("NATS not connected")
-	case !w.mgr.Loaded():
+	case w.shared != nil && !w.shared.Loaded():
 		return errors.New("state not loaded from the store yet")
 	}
 	return nil

@@ -20,3 +20,6 @@ func value(s sizes, lastExec, start times) flowstate.FlowStateValue {
 	maps.Copy(v.StartTimeMap, start)
 	return v
 }
+
+// encode is the stored form of v.
+func encode(v flowstate.FlowStateValue) []byte { return flowstate.AppendJSON(nil, v.Flows()) }

@@ -49,13 +49,13 @@ type Flow struct {
 
 // Flows returns v as a list of flows sorted by ID.
 func (v FlowStateValue) Flows() []Flow {
-	return v.AppendFlows(nil, make(map[FlowID]int, len(v.StateSize)))
+	return v.appendFlows(nil, make(map[FlowID]int, len(v.StateSize)))
 }
 
-// AppendFlows appends v's flows to dst, sorted by ID, using index (which it
+// appendFlows appends v's flows to dst, sorted by ID, using index (which it
 // clears) to join the three maps. It does not allocate when dst and index are
 // large enough.
-func (v FlowStateValue) AppendFlows(dst []Flow, index map[FlowID]int) []Flow {
+func (v FlowStateValue) appendFlows(dst []Flow, index map[FlowID]int) []Flow {
 	clear(index)
 	base := len(dst)
 	at := func(id FlowID) *Flow {
@@ -123,9 +123,4 @@ func (v FlowStateValue) Equal(w FlowStateValue) bool {
 	return maps.Equal(v.StateSize, w.StateSize) &&
 		maps.Equal(v.LastExecTimeMap, w.LastExecTimeMap) &&
 		maps.Equal(v.StartTimeMap, w.StartTimeMap)
-}
-
-// IsEmpty reports whether v holds no flow.
-func (v FlowStateValue) IsEmpty() bool {
-	return len(v.StateSize) == 0 && len(v.LastExecTimeMap) == 0 && len(v.StartTimeMap) == 0
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -153,23 +151,6 @@ func (s *SharedMemory) Get(_ context.Context, key string) (Entry, error) {
 	return Entry{Key: key, Value: clone(e.value), Revision: e.seq}, nil
 }
 
-// Range implements Store.
-func (s *SharedMemory) Range(_ context.Context, prefix string) ([]Entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.availableLocked("range " + prefix); err != nil {
-		return nil, err
-	}
-	var out []Entry
-	for k, e := range s.entries {
-		if !e.deleted && strings.HasPrefix(k, prefix) {
-			out = append(out, Entry{Key: k, Value: clone(e.value), Revision: e.seq})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
 // Put implements Store.
 func (s *SharedMemory) Put(_ context.Context, key string, value []byte) (Revision, error) {
 	return s.write("put", key, value, false, nil)
@@ -232,9 +213,9 @@ func (s *SharedMemory) compactLocked() {
 	s.order = slices.DeleteFunc(s.order, func(w sharedWrite) bool { return s.entries[w.key].seq != w.seq })
 }
 
-// Clear implements Store: it removes every key, deletions included, and
-// starts a new epoch; every watch starts over. Sequence numbers keep
-// growing.
+// Clear wipes the store, as an operator who purges a bucket does: it
+// removes every key, deletions included, and starts a new epoch; every
+// watch starts over. Sequence numbers keep growing.
 func (s *SharedMemory) Clear(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -355,4 +336,8 @@ func (s *SharedMemory) waitLocked(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+func clone(b []byte) []byte {
+	return append(make([]byte, 0, len(b)), b...)
 }

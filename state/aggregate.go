@@ -108,13 +108,13 @@ func (a *Aggregate) NodeFlows(nodeID uint64) (int, bool) {
 	return len(n.flows), true
 }
 
-// Nodes iterates over the nodes, in no order, with the number of flows in
-// each one's last report. The aggregate must not change during the
-// iteration.
-func (a *Aggregate) Nodes() iter.Seq2[uint64, int] {
-	return func(yield func(uint64, int) bool) {
+// Nodes iterates over the nodes, in no order, with the flows of each one's
+// last report, sorted by ID; they are the aggregate's, valid until it
+// changes. The aggregate must not change during the iteration.
+func (a *Aggregate) Nodes() iter.Seq2[uint64, []flowstate.Flow] {
+	return func(yield func(uint64, []flowstate.Flow) bool) {
 		for id, n := range a.nodes {
-			if !yield(id, len(n.flows)) {
+			if !yield(id, n.flows) {
 				return
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/state"
 )
 
@@ -49,9 +48,7 @@ func (n *naiveManager) fill(ctx context.Context, reports []flowstate.FlowStateVa
 	// Every node's report, as if merged one by one (that is quadratic:
 	// hours at 10,000 nodes); the merge of node 0 writes the aggregate.
 	for node, v := range reports {
-		if _, err := n.store.Put(ctx, flowstate.NodeKey(uint64(node)), v.Encode()); err != nil {
-			return err
-		}
+		n.store[flowstate.NodeKey(uint64(node))] = encode(v)
 	}
 	return n.merge(ctx, 0, reports[0])
 }
@@ -59,31 +56,23 @@ func (n *naiveManager) fill(ctx context.Context, reports []flowstate.FlowStateVa
 type managerMerger struct{ m *state.Manager }
 
 func (mm managerMerger) merge(ctx context.Context, nodeID uint64, v flowstate.FlowStateValue) error {
-	_, err := mm.m.Merge(ctx, nodeID, v)
+	_, err := mm.m.MergeFlows(ctx, nodeID, v.Flows())
 	return err
 }
 
 func newMerger(b *testing.B, variant string, reports []flowstate.FlowStateValue) merger {
 	b.Helper()
 	ctx := b.Context()
-	store := kv.NewMemory()
 	if variant == "naive" {
-		n := newNaiveManager(store)
+		n := newNaiveManager()
 		if err := n.fill(ctx, reports); err != nil {
 			b.Fatal(err)
 		}
 		return n
 	}
-	m := state.NewManager(store, state.Options{DeferAggregateWrite: variant == "deferred"})
-	state.SetDeferAggregateWrite(m, true) // fill without the quadratic aggregate writes
+	m := state.NewManager(state.Options{})
 	for node, v := range reports {
-		if _, err := m.Merge(ctx, uint64(node), v); err != nil {
-			b.Fatal(err)
-		}
-	}
-	state.SetDeferAggregateWrite(m, variant == "deferred")
-	if variant == "eager" {
-		if err := m.Flush(ctx); err != nil {
+		if _, err := m.MergeFlows(ctx, uint64(node), v.Flows()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -96,19 +85,15 @@ func newMerger(b *testing.B, variant string, reports []flowstate.FlowStateValue)
 //
 //   - naive: the seed's algorithm (naiveManager): it re-reads, re-decodes and
 //     re-aggregates every node's report and writes the aggregate.
-//   - eager: Manager with the zero Options, which writes the aggregate key on
-//     every merge, as the seed does.
-//   - deferred: Manager with Options.DeferAggregateWrite; the aggregate key is
-//     left to Flush, which is not measured.
+//   - manager: Manager, whose aggregate is the state (nothing is written).
 //
 // naive takes about half a second per merge at nodes=10000/flows=10 and
 // nodes=1000/flows=100 (it decodes 10,000 or 100,000 flows each time), so
-// with the default -benchtime it runs only one to three merges there; the
-// whole BenchmarkMerge takes about 30 s on an idle 2-CPU machine. Pass
+// with the default -benchtime it runs only one to three merges there. Pass
 // -benchtime 1x for a smoke run (one merge per benchmark), or e.g.
 // -benchtime 5x to fix the naive sample size.
 func BenchmarkMerge(b *testing.B) {
-	for _, variant := range []string{"naive", "eager", "deferred"} {
+	for _, variant := range []string{"naive", "manager"} {
 		b.Run(variant, func(b *testing.B) {
 			for _, size := range mergeBenchSizes {
 				name := fmt.Sprintf("nodes=%d/flows=%d", size.nodes, size.flows)
@@ -132,17 +117,17 @@ func BenchmarkMerge(b *testing.B) {
 	}
 }
 
-// BenchmarkMergeFlows is BenchmarkMerge/deferred on the worker's path: the
+// BenchmarkMergeFlows is BenchmarkMerge/manager on the worker's path: the
 // report comes as flows, written into a reused slice just before the merge
 // (as the worker's decoder does), so it is in cache; BenchmarkMerge's
 // reports are prebuilt, one pair of maps per node, and at 10,000 nodes they
 // are read from memory.
 func BenchmarkMergeFlows(b *testing.B) {
 	for _, size := range mergeBenchSizes {
-		name := fmt.Sprintf("deferred/nodes=%d/flows=%d", size.nodes, size.flows)
+		name := fmt.Sprintf("nodes=%d/flows=%d", size.nodes, size.flows)
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
-			m := newMerger(b, "deferred", mergeBenchReports(size.nodes, size.flows)[0]).(managerMerger).m
+			m := newMerger(b, "manager", mergeBenchReports(size.nodes, size.flows)[0]).(managerMerger).m
 			report := make([]flowstate.Flow, size.flows)
 			b.ReportAllocs()
 			i := 0

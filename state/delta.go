@@ -4,8 +4,6 @@ import (
 	"github.com/flowstate-io/flowstate/flowstate"
 )
 
-import "context"
-
 // Delta is what changed in the aggregate between two published versions
 // (PROTOCOL.md v2, flow.state.delta).
 type Delta struct {
@@ -41,21 +39,4 @@ func takeDelta(agg *Aggregate, d *Delta, dst []flowstate.Flow, resync bool) {
 	if d.Resync {
 		d.Flows = flows[:0]
 	}
-}
-
-// Delta returns what changed in the aggregate since the previous Delta of
-// this epoch, with dst's memory: the cost grows with the number of flows
-// that changed. It asks clients to resync after a Put, or when more than
-// half the aggregate (at least 1,024 flows) changed.
-func (m *Manager) Delta(ctx context.Context, dst []flowstate.Flow) (Delta, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.syncEpochLocked(ctx); err != nil {
-		return Delta{}, err
-	}
-	d := Delta{Version: flowstate.Version{Epoch: m.epoch, Revision: m.rev}, Base: m.deltaBase}
-	takeDelta(m.agg, &d, dst, m.resync)
-	m.resync = false
-	m.deltaBase = m.rev
-	return d, nil
 }

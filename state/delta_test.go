@@ -11,12 +11,12 @@ import (
 )
 
 func TestManagerRefusesAReportPastItsLimits(t *testing.T) {
-	m, store := newManager(t, state.Options{Limits: state.Limits{MaxNodes: 2, MaxFlows: 3}})
+	m := newManager(t, state.Options{Limits: state.Limits{MaxNodes: 2, MaxFlows: 3}})
 	merge(t, m, 1, value(sizes{1: 1, 2: 2}, nil, nil))
 	before := merge(t, m, 2, value(sizes{3: 3}, nil, nil))
-	dump := store.Dump()
+	dump := m.Dump()
 
-	_, err := m.Merge(t.Context(), 3, value(nil, nil, nil))
+	_, err := m.MergeFlows(t.Context(), 3, nil)
 	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, state.LimitMaxNodes, ce.Limit)
@@ -27,12 +27,12 @@ func TestManagerRefusesAReportPastItsLimits(t *testing.T) {
 
 	_, ver := get(t, m)
 	assert.Equal(t, before.Version, ver, "revision unchanged")
-	assert.Equal(t, dump, store.Dump(), "nothing written")
+	assert.Equal(t, dump, m.Dump(), "nothing written")
 	merge(t, m, 2, value(sizes{4: 4}, nil, nil)) // a swap stays within the limit
 }
 
 func TestManagerDeltaCarriesWhatChangedSinceTheLastOne(t *testing.T) {
-	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
+	m := newManager(t, state.Options{})
 	ctx := t.Context()
 	d, err := m.Delta(ctx, nil)
 	require.NoError(t, err)
@@ -55,16 +55,8 @@ func TestManagerDeltaCarriesWhatChangedSinceTheLastOne(t *testing.T) {
 	assert.Equal(t, r2.Version, d.Version)
 	assert.Equal(t, []flowstate.Flow{{ID: 1}, {ID: 2, Has: flowstate.HasStateSize, StateSize: 21}}, d.Flows, "flow 1 left")
 
-	// After a Put, clients resync.
-	_, err = m.Put(ctx, value(sizes{9: 9}, nil, nil))
-	require.NoError(t, err)
-	d, err = m.Delta(ctx, d.Flows)
-	require.NoError(t, err)
-	assert.True(t, d.Resync)
-	assert.Empty(t, d.Flows)
-
-	// A cleared store starts a new epoch: base 0 again.
-	require.NoError(t, store.Clear(ctx))
+	// A cleared state starts a new epoch: base 0 again.
+	m.Clear()
 	r3 := merge(t, m, 5, value(sizes{5: 5}, nil, nil))
 	d, err = m.Delta(ctx, d.Flows)
 	require.NoError(t, err)
@@ -75,7 +67,7 @@ func TestManagerDeltaCarriesWhatChangedSinceTheLastOne(t *testing.T) {
 }
 
 func TestManagerDeltaResyncsPastHalfTheAggregate(t *testing.T) {
-	m, _ := newManager(t, state.Options{DeferAggregateWrite: true})
+	m := newManager(t, state.Options{})
 	big := value(make(sizes), nil, nil)
 	for id := range 3000 {
 		big.StateSize[flowstate.FlowID(id)] = 1

@@ -8,15 +8,16 @@
 //   - Aggregate: every node's last report and, per flow, the per-field max.
 //     Pure: no lock, no store, no clock. It checks capacity limits and
 //     records which flows changed, for deltas.
-//   - Manager: the seed's semantics on a kv.Store that this process owns
-//     (an in-memory store), built on an Aggregate.
+//   - Manager: the state of one worker that alone holds it (--kv memory),
+//     with the seed's semantics: the aggregate is the state, and Dump
+//     renders the seed's keys and bytes from it.
 //   - Replica: the state of a store that several workers share (kv.Shared),
 //     built on an Aggregate that its watch feeds; the publisher lease it
 //     holds is package lease's.
 //
-// Both drivers offer the same methods where they mean the same
-// (MergeFlows, Snapshot, Version, Sync, Flush, Delta, Nodes, EvictSilent,
-// Size, Loaded), so that the worker serves either through one interface.
+// Both offer the same reads where they mean the same (Snapshot, Version,
+// Delta, Nodes, EvictSilent, Size); a report goes to a Manager with
+// MergeFlows and to a Replica with Submit.
 //
 // It knows the domain, the value and its stored form (package flowstate),
 // package kv and package lease; it does not know NATS
@@ -26,7 +27,7 @@
 //
 // # Rules
 //
-// Arrival order: reports are applied in the order Merge is called (the
+// Arrival order: reports are applied in the order MergeFlows is called (the
 // Manager serialises its callers). A node's report replaces its previous
 // report whole, whatever the times in it, so a node whose clock went back
 // after a restart is not locked out; an empty report removes all of its
@@ -37,26 +38,27 @@
 // flow. When the node holding the max lowers its value or stops reporting the
 // flow, the max over the remaining nodes takes its place.
 //
-// Store layout: each node's last report is stored under
-// __flow/state/node/{node_id} and the aggregate under __flow/state, both in
-// serde_json's form of FlowStateValue (see flowstate.AppendJSON). The aggregate key is
-// written by every Merge, or only by Flush when Options.DeferAggregateWrite
-// is set.
+// Store layout: each node's last report is under __flow/state/node/{node_id}
+// and the aggregate under __flow/state, both in serde_json's form of
+// FlowStateValue (flowstate.AppendJSON). A Replica's shared store holds
+// them (the publisher writes the aggregate key); a Manager keeps no store,
+// and its Dump renders exactly the keys and bytes that the seed's store
+// would hold.
 //
-// Reset: when the store is cleared (a metasrv leader change, in the seed) it
-// starts a new epoch. The Manager checks the epoch of every write and read
-// and forgets everything it held from an older epoch, so no report from
-// before a clear reappears in the aggregate.
+// Reset: a Manager's Clear is the seed's KV reset (a metasrv leader change):
+// it starts a new epoch, empty, so no report from before it reappears. A
+// shared store that is wiped starts a new epoch too (see "Following a
+// shared store").
 //
-// Revision and epoch: every applied report (and Put) gets the store's
-// sequence number of its write as its revision, so revisions strictly
-// increase within an epoch, with gaps. Revision 0 means nothing has been
-// merged in the current epoch (the seed's get returning None); the value is
-// then empty.
+// Revision and epoch: every applied report gets a revision: a Manager's
+// counter, a Replica's sequence number of the write in the store, so
+// revisions strictly increase within an epoch (a Replica's with gaps).
+// Revision 0 means nothing has been merged in the current epoch (the seed's
+// get returning None); the value is then empty.
 //
 // Capacity: with Options.Limits (ReplicaOptions.Limits), a report that
 // would take the state past MaxNodes nodes or MaxFlows distinct flows is
-// refused whole with a *CapacityError before anything is written; a known
+// refused whole with a *CapacityError before anything changes; a known
 // node's report that does not grow the state past a limit always passes.
 //
 // Deltas: Delta returns the flows whose aggregate entry changed since the
@@ -130,11 +132,8 @@
 // max-heap per field past eight. So a report costs time proportional to
 // itself plus the report it replaces, times at most the logarithm of the
 // number of nodes sharing each flow, and does not allocate in steady state.
-// Writing the aggregate key is the one step that grows with the aggregate:
-// flowstate.AppendJSON makes three passes over the sorted flows without reflection and
-// without allocating: about 65 ns and 70 bytes per flow with all three
-// fields (0.65 ms for 10,000 flows); the sorted order is rebuilt (n log n)
-// only when the set of flow ids changes. Deferring that
-// write (Options.DeferAggregateWrite) makes Merge independent of the
-// aggregate's size.
+// Copying the aggregate (Snapshot) and writing the aggregate key are the
+// steps that grow with the aggregate; the sorted order is rebuilt (n log n)
+// only when the set of flow ids changes, and the publisher writes the key
+// at its own cadence, not per report.
 package state

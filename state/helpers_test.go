@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/state"
 )
 
@@ -15,33 +14,27 @@ type (
 	times = map[flowstate.FlowID]int64  // a last_exec_time_map or start_time_map
 )
 
-// newManager returns a Manager over a fresh in-memory store, and the store.
-func newManager(tb testing.TB, opts state.Options) (*state.Manager, *kv.Memory) {
+// newManager returns an empty Manager.
+func newManager(tb testing.TB, opts state.Options) *state.Manager {
 	tb.Helper()
-	store := kv.NewMemory()
-	return state.NewManager(store, opts), store
+	return state.NewManager(opts)
 }
 
-// merge applies a report and fails the test on error.
+// merge applies a report (the seed's merge) and fails the test on error.
 func merge(tb testing.TB, m *state.Manager, nodeID uint64, v flowstate.FlowStateValue) state.MergeResult {
 	tb.Helper()
-	res, err := m.Merge(tb.Context(), nodeID, v)
+	res, err := m.MergeFlows(tb.Context(), nodeID, v.Flows())
 	require.NoError(tb, err, "merge report of node %d", nodeID)
 	return res
 }
 
-// get returns the aggregate and its version and fails the test on error.
+// get returns the aggregate and its version (the seed's get: revision 0 is
+// its None, with an empty value) and fails the test on error.
 func get(tb testing.TB, m *state.Manager) (flowstate.FlowStateValue, flowstate.Version) {
 	tb.Helper()
-	v, ver, err := m.Get(tb.Context())
+	s, err := m.Snapshot(tb.Context(), nil)
 	require.NoError(tb, err)
-	return v, ver
-}
-
-// flush writes the aggregate key and fails the test on error.
-func flush(tb testing.TB, m *state.Manager) {
-	tb.Helper()
-	require.NoError(tb, m.Flush(tb.Context()))
+	return s.Value(), s.Version
 }
 
 // execState is the seed's test helper: a value with only last_exec_time_map.
@@ -68,21 +61,30 @@ func value(sizes map[flowstate.FlowID]uint64, lastExec, start map[flowstate.Flow
 	return flowstate.FlowStateValue{StateSize: sizes, LastExecTimeMap: lastExec, StartTimeMap: start}
 }
 
-// storedValue decodes the value stored under key, which must exist.
-func storedValue(tb testing.TB, store *kv.Memory, key string) flowstate.FlowStateValue {
+// storedValue decodes the value that the seed's store would hold under key,
+// which must exist.
+func storedValue(tb testing.TB, m *state.Manager, key string) flowstate.FlowStateValue {
 	tb.Helper()
-	raw, ok := store.Dump()[key]
+	raw, ok := m.Dump()[key]
 	require.True(tb, ok, "key %q is not stored", key)
 	v, err := flowstate.DecodeValue(raw)
 	require.NoError(tb, err, "decode the value of %q: %s", key, raw)
 	return v
 }
 
-// storedKeys returns the keys of the store's dump.
-func storedKeys(store *kv.Memory) []string {
+// storedKeys returns the keys of the seed's store.
+func storedKeys(m *state.Manager) []string {
 	var keys []string
-	for k := range store.Dump() {
+	for k := range m.Dump() {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// encode is the stored form of v.
+func encode(v flowstate.FlowStateValue) []byte { return flowstate.AppendJSON(nil, v.Flows()) }
+
+// isEmpty reports whether v holds no flow.
+func isEmpty(v flowstate.FlowStateValue) bool {
+	return len(v.StateSize) == 0 && len(v.LastExecTimeMap) == 0 && len(v.StartTimeMap) == 0
 }

@@ -53,7 +53,7 @@ func TestMergeMaxFallsBackWhenHolderLeavesOrLowers(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, store := newManager(t, state.Options{})
+			m := newManager(t, state.Options{})
 			merge(t, m, 1, full(100, 1000, 10))
 			merge(t, m, 2, full(300, 3000, 30)) // holds every max
 			merge(t, m, 3, full(200, 2000, 20))
@@ -65,19 +65,19 @@ func TestMergeMaxFallsBackWhenHolderLeavesOrLowers(t *testing.T) {
 			assert.True(t, res.Changed)
 			got, _ = get(t, m)
 			assert.Equal(t, tt.want, got)
-			assert.Equal(t, tt.want, storedValue(t, store, flowstate.StateKey))
+			assert.Equal(t, tt.want, storedValue(t, m, flowstate.StateKey))
 		})
 	}
 }
 
 func TestMergeSameReportTwiceLeavesAggregateUnchanged(t *testing.T) {
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 	merge(t, m, 2, value(sizes{2: 20}, times{2: 200}, nil))
 	report := value(sizes{1: 10}, times{1: 100}, times{1: 1})
 
 	first := merge(t, m, 1, report)
 	before, _ := get(t, m)
-	storedBefore := store.Dump()[flowstate.StateKey]
+	storedBefore := m.Dump()[flowstate.StateKey]
 	second := merge(t, m, 1, report)
 
 	assert.True(t, first.Changed, "first report")
@@ -87,21 +87,21 @@ func TestMergeSameReportTwiceLeavesAggregateUnchanged(t *testing.T) {
 	after, ver := get(t, m)
 	assert.Equal(t, before, after)
 	assert.Equal(t, second.Version, ver)
-	assert.Equal(t, storedBefore, store.Dump()[flowstate.StateKey])
+	assert.Equal(t, storedBefore, m.Dump()[flowstate.StateKey])
 }
 
 func TestMergeExtremeNodeIDs(t *testing.T) {
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	merge(t, m, 0, execState(times{1: 100}))
 	merge(t, m, math.MaxUint64, execState(times{2: 200}))
 
-	dump := store.Dump()
+	dump := m.Dump()
 	assert.ElementsMatch(t, []string{
 		"__flow/state",
 		"__flow/state/node/0",
 		"__flow/state/node/18446744073709551615",
-	}, storedKeys(store))
+	}, storedKeys(m))
 	assert.Equal(t, `{"state_size":{},"last_exec_time_map":{"1":100},"start_time_map":{}}`,
 		string(dump["__flow/state/node/0"]))
 	assert.Equal(t, `{"state_size":{},"last_exec_time_map":{"2":200},"start_time_map":{}}`,
@@ -131,14 +131,14 @@ func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
 			times{own: int64(g), shared: int64((g * 37) % nodes)},
 		)
 	}
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	revs := make([][]uint64, nodes)
 	var wg sync.WaitGroup
 	for g := range nodes {
 		wg.Go(func() {
 			for r := range reports {
-				res, err := m.Merge(t.Context(), uint64(g), report(g, r))
+				res, err := m.MergeFlows(t.Context(), uint64(g), report(g, r).Flows())
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -172,11 +172,11 @@ func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
 
 	got, ver := get(t, m)
 	assert.Equal(t, want, got)
-	assert.Equal(t, want, storedValue(t, store, flowstate.StateKey), "stored aggregate")
+	assert.Equal(t, want, storedValue(t, m, flowstate.StateKey), "stored aggregate")
 	for g := range nodes {
-		assert.Equal(t, report(g, reports-1), storedValue(t, store, flowstate.NodeKey(uint64(g))), "stored report of node %d", g)
+		assert.Equal(t, report(g, reports-1), storedValue(t, m, flowstate.NodeKey(uint64(g))), "stored report of node %d", g)
 	}
-	assert.Len(t, store.Dump(), nodes+1)
+	assert.Len(t, m.Dump(), nodes+1)
 
 	var all []uint64
 	for g := range nodes {
@@ -189,210 +189,71 @@ func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
 }
 
 func TestMergeAfterClearNoReportReappears(t *testing.T) {
-	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
-		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
-			t.Run("get between clear and merge", func(t *testing.T) {
-				m, store := newManager(t, opts)
-				merge(t, m, 1, execState(times{1: 100}))
-				old := merge(t, m, 2, execState(times{2: 200}))
-				flush(t, m)
-				require.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
+	t.Run("get between clear and merge", func(t *testing.T) {
+		m := newManager(t, state.Options{})
+		merge(t, m, 1, execState(times{1: 100}))
+		old := merge(t, m, 2, execState(times{2: 200}))
+		require.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, m, flowstate.StateKey))
 
-				require.NoError(t, store.Clear(t.Context()))
-				v, ver := get(t, m)
-				assert.Zero(t, ver.Revision)
-				assert.NotEqual(t, old.Epoch, ver.Epoch)
-				assert.True(t, v.IsEmpty(), "value at revision 0: %+v", v)
-				flush(t, m) // nothing to write in the new epoch
-				assert.Empty(t, store.Dump())
+		m.Clear()
+		v, ver := get(t, m)
+		assert.Zero(t, ver.Revision)
+		assert.NotEqual(t, old.Epoch, ver.Epoch)
+		assert.True(t, isEmpty(v), "value at revision 0: %+v", v)
+		assert.Empty(t, m.Dump(), "nothing stored in the new epoch")
 
-				res := merge(t, m, 3, execState(times{3: 300}))
-				assert.Equal(t, ver.Epoch, res.Epoch)
-				v, _ = get(t, m)
-				assert.Equal(t, execState(times{3: 300}), v)
-				flush(t, m)
-				assert.ElementsMatch(t, []string{flowstate.StateKey, flowstate.NodeKey(3)}, storedKeys(store))
-				assert.Equal(t, execState(times{3: 300}), storedValue(t, store, flowstate.StateKey))
-			})
-			t.Run("merge straight after clear", func(t *testing.T) {
-				m, store := newManager(t, opts)
-				merge(t, m, 1, execState(times{1: 100}))
-				flush(t, m)
+		res := merge(t, m, 3, execState(times{3: 300}))
+		assert.Equal(t, ver.Epoch, res.Epoch)
+		v, _ = get(t, m)
+		assert.Equal(t, execState(times{3: 300}), v)
+		assert.ElementsMatch(t, []string{flowstate.StateKey, flowstate.NodeKey(3)}, storedKeys(m))
+		assert.Equal(t, execState(times{3: 300}), storedValue(t, m, flowstate.StateKey))
+	})
+	t.Run("merge straight after clear", func(t *testing.T) {
+		m := newManager(t, state.Options{})
+		merge(t, m, 1, execState(times{1: 100}))
 
-				require.NoError(t, store.Clear(t.Context()))
-				merge(t, m, 2, execState(times{2: 200}))
+		m.Clear()
+		merge(t, m, 2, execState(times{2: 200}))
 
-				v, _ := get(t, m)
-				assert.Equal(t, execState(times{2: 200}), v)
-				flush(t, m)
-				assert.ElementsMatch(t, []string{flowstate.StateKey, flowstate.NodeKey(2)}, storedKeys(store))
-				assert.Equal(t, execState(times{2: 200}), storedValue(t, store, flowstate.StateKey))
-			})
-		})
-	}
-}
-
-func TestFlushAfterClearDoesNotStoreStaleAggregate(t *testing.T) {
-	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
-	merge(t, m, 1, execState(times{1: 100})) // not flushed yet
-
-	require.NoError(t, store.Clear(t.Context()))
-	err := m.Flush(t.Context())
-
-	assert.ErrorIs(t, err, state.ErrStoreCleared)
-	assert.Empty(t, store.Dump(), "the aggregate of the old epoch must not stay stored")
-	v, ver := get(t, m)
-	assert.Zero(t, ver.Revision)
-	assert.True(t, v.IsEmpty(), "value at revision 0: %+v", v)
-}
-
-func TestDeferAggregateWriteLeavesStateKeyUntilFlush(t *testing.T) {
-	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
-
-	res := merge(t, m, 1, execState(times{1: 100}))
-	assert.True(t, res.Changed)
-	assert.NotContains(t, store.Dump(), flowstate.StateKey)
-	assert.Contains(t, store.Dump(), flowstate.NodeKey(1))
-	merge(t, m, 2, execState(times{2: 200}))
-	assert.NotContains(t, store.Dump(), flowstate.StateKey)
-	v, ver := get(t, m) // current without a flush
-	assert.Equal(t, execState(times{1: 100, 2: 200}), v)
-	assert.NotZero(t, ver.Revision)
-
-	flush(t, m)
-	require.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
-	written, err := store.Get(t.Context(), flowstate.StateKey)
-	require.NoError(t, err)
-
-	// Nothing changed: neither a flush nor an unchanged report rewrites it.
-	flush(t, m)
-	merge(t, m, 1, execState(times{1: 100}))
-	flush(t, m)
-	again, err := store.Get(t.Context(), flowstate.StateKey)
-	require.NoError(t, err)
-	assert.Equal(t, written.Revision, again.Revision, "the aggregate key was rewritten without a change")
-
-	// A change is visible at once and stored at the next flush.
-	merge(t, m, 1, execState(times{1: 150}))
-	v, _ = get(t, m)
-	assert.Equal(t, execState(times{1: 150, 2: 200}), v)
-	assert.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
-	flush(t, m)
-	assert.Equal(t, execState(times{1: 150, 2: 200}), storedValue(t, store, flowstate.StateKey))
-}
-
-func TestMergeWithoutDeferWritesStateKeyEveryChange(t *testing.T) {
-	m, store := newManager(t, state.Options{})
-	merge(t, m, 1, execState(times{1: 100}))
-	assert.Equal(t, execState(times{1: 100}), storedValue(t, store, flowstate.StateKey))
-	merge(t, m, 2, execState(times{2: 200}))
-	assert.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
-
-	before, err := store.Get(t.Context(), flowstate.StateKey)
-	require.NoError(t, err)
-	flush(t, m) // Merge has already written it
-	after, err := store.Get(t.Context(), flowstate.StateKey)
-	require.NoError(t, err)
-	assert.Equal(t, before.Revision, after.Revision)
-}
-
-func TestPutThenMergeReplacesPutValue(t *testing.T) {
-	m, store := newManager(t, state.Options{})
-	merge(t, m, 1, execState(times{1: 100}))
-
-	put := value(sizes{9: 900}, times{9: 9000}, times{9: 9})
-	ver, err := m.Put(t.Context(), put)
-	require.NoError(t, err)
-	v, got := get(t, m)
-	assert.Equal(t, put, v, "get returns what was put")
-	assert.Equal(t, ver, got)
-	assert.Equal(t, put, storedValue(t, store, flowstate.StateKey))
-
-	// As in the seed, the next merge aggregates the nodes' reports again:
-	// the put value is gone.
-	res := merge(t, m, 2, execState(times{2: 200}))
-	assert.True(t, res.Changed)
-	assert.Greater(t, res.Revision, ver.Revision)
-	v, _ = get(t, m)
-	assert.Equal(t, execState(times{1: 100, 2: 200}), v)
-	assert.Equal(t, execState(times{1: 100, 2: 200}), storedValue(t, store, flowstate.StateKey))
-}
-
-func TestPutEmptyValueOverridesAggregate(t *testing.T) {
-	m, store := newManager(t, state.Options{})
-	merge(t, m, 1, execState(times{1: 100}))
-
-	ver, err := m.Put(t.Context(), flowstate.FlowStateValue{})
-	require.NoError(t, err)
-
-	v, got := get(t, m)
-	assert.True(t, v.IsEmpty(), "get after putting an empty value: %+v", v)
-	assert.Equal(t, ver, got)
-	assert.NotZero(t, got.Revision, "an empty put is the seed's Some(empty), not None")
-	assert.Equal(t, `{"state_size":{},"last_exec_time_map":{},"start_time_map":{}}`,
-		string(store.Dump()[flowstate.StateKey]))
-}
-
-func TestPutBeforeAnyMerge(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
-	put := execState(times{5: 500})
-	ver, err := m.Put(t.Context(), put)
-	require.NoError(t, err)
-	v, got := get(t, m)
-	assert.Equal(t, put, v)
-	assert.Equal(t, ver, got)
-	assert.NotZero(t, got.Revision)
-
-	merge(t, m, 1, execState(times{1: 100}))
-	v, _ = get(t, m)
-	assert.Equal(t, execState(times{1: 100}), v)
+		v, _ := get(t, m)
+		assert.Equal(t, execState(times{2: 200}), v)
+		assert.ElementsMatch(t, []string{flowstate.StateKey, flowstate.NodeKey(2)}, storedKeys(m))
+		assert.Equal(t, execState(times{2: 200}), storedValue(t, m, flowstate.StateKey))
+	})
 }
 
 func TestRevisionsStrictlyIncreaseAndMatchGet(t *testing.T) {
-	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
-		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
-			m, _ := newManager(t, opts)
-			_, ver := get(t, m)
-			require.Zero(t, ver.Revision)
-			last := ver.Revision
-			check := func(step string, got flowstate.Version) {
-				t.Helper()
-				assert.Greater(t, got.Revision, last, step)
-				last = got.Revision
-				_, v := get(t, m)
-				assert.Equal(t, got, v, "get after %s", step)
-				cur, err := m.Version(t.Context())
-				require.NoError(t, err)
-				assert.Equal(t, got, cur, "version after %s", step)
-			}
-			for i := range 20 {
-				node := uint64(i % 3)
-				res := merge(t, m, node, execState(times{flowstate.FlowID(i % 5): int64(i)}))
-				check("merge "+strconv.Itoa(i), res.Version)
-				if i%7 == 0 {
-					flush(t, m)
-				}
-				if i%9 == 0 {
-					ver, err := m.Put(t.Context(), execState(times{99: int64(i)}))
-					require.NoError(t, err)
-					check("put "+strconv.Itoa(i), ver)
-				}
-				if i%4 == 0 { // the same report again: unchanged, new revision
-					res := merge(t, m, node, execState(times{flowstate.FlowID(i % 5): int64(i)}))
-					check("repeat "+strconv.Itoa(i), res.Version)
-				}
-			}
-		})
+	m := newManager(t, state.Options{})
+	_, ver := get(t, m)
+	require.Zero(t, ver.Revision)
+	last := ver.Revision
+	check := func(step string, got flowstate.Version) {
+		t.Helper()
+		assert.Greater(t, got.Revision, last, step)
+		last = got.Revision
+		_, v := get(t, m)
+		assert.Equal(t, got, v, "get after %s", step)
+		cur, err := m.Version(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, got, cur, "version after %s", step)
+	}
+	for i := range 20 {
+		node := uint64(i % 3)
+		res := merge(t, m, node, execState(times{flowstate.FlowID(i % 5): int64(i)}))
+		check("merge "+strconv.Itoa(i), res.Version)
+		if i%4 == 0 { // the same report again: unchanged, new revision
+			res := merge(t, m, node, execState(times{flowstate.FlowID(i % 5): int64(i)}))
+			check("repeat "+strconv.Itoa(i), res.Version)
+		}
 	}
 }
 
 func TestEpochStaysAcrossMergesAndChangesOnClear(t *testing.T) {
-	m, store := newManager(t, state.Options{})
-	epoch, err := store.Epoch(t.Context())
-	require.NoError(t, err)
-
+	m := newManager(t, state.Options{})
 	_, ver := get(t, m)
-	assert.Equal(t, epoch, ver.Epoch, "get before any merge")
+	epoch := ver.Epoch
+	assert.NotEmpty(t, epoch, "a new Manager starts an epoch")
 	for i := range 5 {
 		res := merge(t, m, uint64(i), execState(times{flowstate.FlowID(i): 1}))
 		assert.Equal(t, epoch, res.Epoch)
@@ -400,38 +261,37 @@ func TestEpochStaysAcrossMergesAndChangesOnClear(t *testing.T) {
 	_, ver = get(t, m)
 	assert.Equal(t, epoch, ver.Epoch)
 
-	require.NoError(t, store.Clear(t.Context()))
-	newEpoch, err := store.Epoch(t.Context())
-	require.NoError(t, err)
-	require.NotEqual(t, epoch, newEpoch)
+	m.Clear()
 	cur, err := m.Version(t.Context())
 	require.NoError(t, err)
+	newEpoch := cur.Epoch
+	require.NotEqual(t, epoch, newEpoch)
 	assert.Equal(t, flowstate.Version{Epoch: newEpoch}, cur)
 	res := merge(t, m, 1, execState(times{1: 1}))
 	assert.Equal(t, newEpoch, res.Epoch)
 	assert.NotZero(t, res.Revision)
 }
 
-func TestMergeDoesNotRetainValue(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
-	v := value(sizes{1: 10}, times{1: 100}, times{1: 1})
-	merge(t, m, 1, v)
+func TestMergeDoesNotRetainFlows(t *testing.T) {
+	m := newManager(t, state.Options{})
+	flows := value(sizes{1: 10}, times{1: 100}, times{1: 1}).Flows()
+	_, err := m.MergeFlows(t.Context(), 1, flows)
+	require.NoError(t, err)
 
-	v.StateSize[1] = 11
-	v.LastExecTimeMap[2] = 200
-	delete(v.StartTimeMap, 1)
+	flows[0].StateSize = 11
+	flows[0].Has = flowstate.HasLastExecTime
 
 	got, _ := get(t, m)
 	assert.Equal(t, value(sizes{1: 10}, times{1: 100}, times{1: 1}), got)
 }
 
-func TestMergeFlowsMatchesMerge(t *testing.T) {
+func TestMergeFlowsLeavesOutFlowsWithoutFields(t *testing.T) {
 	flows := []flowstate.Flow{
 		{ID: 1, Has: flowstate.HasStateSize | flowstate.HasLastExecTime, StateSize: 10, LastExecTime: 100},
 		{ID: 2}, // no field: ignored
 		{ID: 3, Has: flowstate.HasStartTime, StartTime: -3},
 	}
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	res, err := m.MergeFlows(t.Context(), 1, flows)
 
@@ -440,13 +300,13 @@ func TestMergeFlowsMatchesMerge(t *testing.T) {
 	want := value(sizes{1: 10}, times{1: 100}, times{3: -3})
 	got, _ := get(t, m)
 	assert.Equal(t, want, got)
-	assert.Equal(t, want, storedValue(t, store, flowstate.NodeKey(1)))
+	assert.Equal(t, want, storedValue(t, m, flowstate.NodeKey(1)))
 	snap, err := m.Snapshot(t.Context(), nil)
 	require.NoError(t, err)
 	assert.Equal(t, []flowstate.Flow{flows[0], flows[2]}, snap.Flows)
 
-	// Merge of the same report changes nothing.
-	res, err = m.Merge(t.Context(), 1, want)
+	// The same report again changes nothing.
+	res, err = m.MergeFlows(t.Context(), 1, want.Flows())
 	require.NoError(t, err)
 	assert.False(t, res.Changed)
 }
@@ -462,10 +322,10 @@ func TestMergeFlowsRejectsUnsortedInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, store := newManager(t, state.Options{})
+			m := newManager(t, state.Options{})
 			merge(t, m, 1, execState(times{1: 100}))
 			beforeValue, beforeVersion := get(t, m)
-			beforeDump := store.Dump()
+			beforeDump := m.Dump()
 
 			_, err := m.MergeFlows(t.Context(), 1, tt.flows)
 
@@ -473,7 +333,7 @@ func TestMergeFlowsRejectsUnsortedInput(t *testing.T) {
 			v, ver := get(t, m)
 			assert.Equal(t, beforeValue, v)
 			assert.Equal(t, beforeVersion, ver)
-			assert.Equal(t, beforeDump, store.Dump())
+			assert.Equal(t, beforeDump, m.Dump())
 		})
 	}
 }
@@ -482,7 +342,7 @@ func TestMergeDoesNotAllocateInSteadyState(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	m, _ := newManager(t, state.Options{DeferAggregateWrite: true})
+	m := newManager(t, state.Options{})
 	ctx := t.Context()
 	for node := range uint64(10) {
 		merge(t, m, node, value(sizes{flowstate.FlowID(node): 1}, times{flowstate.FlowID(node): 1}, nil))
@@ -497,17 +357,6 @@ func TestMergeDoesNotAllocateInSteadyState(t *testing.T) {
 	var err error
 	i := 0
 	allocs := testing.AllocsPerRun(100, func() {
-		v := a
-		if i%2 == 1 {
-			v = b
-		}
-		i++
-		_, err = m.Merge(ctx, 42, v)
-	})
-	require.NoError(t, err)
-	assert.Zero(t, allocs, "allocations per Merge")
-
-	allocs = testing.AllocsPerRun(100, func() {
 		f := flowsA
 		if i%2 == 1 {
 			f = flowsB
@@ -521,31 +370,25 @@ func TestMergeDoesNotAllocateInSteadyState(t *testing.T) {
 
 func TestFirstEmptyReportOfEpochWritesStateKey(t *testing.T) {
 	const empty = `{"state_size":{},"last_exec_time_map":{},"start_time_map":{}}`
-	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
-		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
-			m, store := newManager(t, opts)
+	m := newManager(t, state.Options{})
 
-			// The seed's merge always writes the aggregate, so its get turns
-			// from None to Some(empty) even when the report is empty.
-			res := merge(t, m, 1, value(nil, nil, nil))
-			flush(t, m)
+	// The seed's merge always writes the aggregate, so its get turns from
+	// None to Some(empty) even when the report is empty.
+	res := merge(t, m, 1, value(nil, nil, nil))
 
-			assert.True(t, res.Changed, "None became Some")
-			assert.NotZero(t, res.Revision)
-			assert.Equal(t, empty, string(store.Dump()[flowstate.StateKey]))
+	assert.True(t, res.Changed, "None became Some")
+	assert.NotZero(t, res.Revision)
+	assert.Equal(t, empty, string(m.Dump()[flowstate.StateKey]))
 
-			// The same after a clear.
-			require.NoError(t, store.Clear(t.Context()))
-			res = merge(t, m, 2, value(nil, nil, nil))
-			flush(t, m)
-			assert.True(t, res.Changed, "None became Some after the clear")
-			assert.Equal(t, empty, string(store.Dump()[flowstate.StateKey]))
+	// The same after a clear.
+	m.Clear()
+	res = merge(t, m, 2, value(nil, nil, nil))
+	assert.True(t, res.Changed, "None became Some after the clear")
+	assert.Equal(t, empty, string(m.Dump()[flowstate.StateKey]))
 
-			// Later empty reports change nothing.
-			res = merge(t, m, 3, value(nil, nil, nil))
-			assert.False(t, res.Changed)
-		})
-	}
+	// Later empty reports change nothing.
+	res = merge(t, m, 3, value(nil, nil, nil))
+	assert.False(t, res.Changed)
 }
 
 func TestMergeMemoryStaysProportionalToReports(t *testing.T) {
@@ -555,7 +398,7 @@ func TestMergeMemoryStaysProportionalToReports(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 	for round := range 2 {
 		for n := range nodes {
 			v := value(make(sizes), make(times), nil)
@@ -576,29 +419,4 @@ func TestMergeMemoryStaysProportionalToReports(t *testing.T) {
 	live := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("live heap: %d bytes", live)
 	assert.Less(t, live, int64(8<<20), "live heap after merging %d nodes × %d flows", nodes, flows)
-}
-
-// TestFlushConcurrentWithMergesEndsOnTheLastAggregate flushes while merges
-// go on (Flush encodes outside the lock): the key written last, after a
-// final Flush, is the aggregate of every merge.
-func TestFlushConcurrentWithMergesEndsOnTheLastAggregate(t *testing.T) {
-	m, store := newManager(t, state.Options{DeferAggregateWrite: true})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range 2000 {
-			merge(t, m, uint64(i%50), flowstate.FlowStateValue{StateSize: sizes{flowstate.FlowID(i % 50): uint64(i)}})
-		}
-	}()
-	for flushing := true; flushing; {
-		select {
-		case <-done:
-			flushing = false
-		default:
-			require.NoError(t, m.Flush(t.Context()))
-		}
-	}
-	require.NoError(t, m.Flush(t.Context()))
-	v, _ := get(t, m)
-	assert.Equal(t, string(v.Encode()), string(store.Dump()[flowstate.StateKey]))
 }

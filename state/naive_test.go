@@ -2,9 +2,8 @@ package state_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -12,42 +11,39 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// naiveManager is the seed's FlowStateManager ported as is: every merge puts
-// the node's report, reads back every node's report, decodes them all,
-// aggregates them by max and puts the aggregate. It is the baseline of the
-// benchmarks and the reference of TestManagerMatchesNaive.
+// naiveManager is the seed's FlowStateManager ported as is, on a map that
+// stands for its in-memory KV: every merge puts the node's report, reads
+// back every node's report, decodes them all, aggregates them by max and
+// puts the aggregate. It is the baseline of the benchmarks and the
+// reference of TestManagerMatchesNaive.
 type naiveManager struct {
-	store kv.Store
-	mu    sync.Mutex // the seed's merge_lock: serialises merge
+	mu    sync.Mutex        // the seed's merge_lock: serialises merge
+	store map[string][]byte // the seed's MemoryKvBackend
 }
 
-func newNaiveManager(store kv.Store) *naiveManager {
-	return &naiveManager{store: store}
+func newNaiveManager() *naiveManager {
+	return &naiveManager{store: make(map[string][]byte)}
 }
 
-func (n *naiveManager) merge(ctx context.Context, nodeID uint64, incoming flowstate.FlowStateValue) error {
+func (n *naiveManager) merge(_ context.Context, nodeID uint64, incoming flowstate.FlowStateValue) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
 	// 1. Store this node's latest report under its per-node key.
-	if _, err := n.store.Put(ctx, flowstate.NodeKey(nodeID), incoming.Encode()); err != nil {
-		return err
-	}
+	n.store[flowstate.NodeKey(nodeID)] = encode(incoming)
 
 	// 2. Read back every per-node report and aggregate them.
-	entries, err := n.store.Range(ctx, flowstate.NodeKeyPrefix)
-	if err != nil {
-		return err
-	}
 	stateSize := make(map[flowstate.FlowID]uint64)
 	lastExecTimeMap := make(map[flowstate.FlowID]int64)
 	startTimeMap := make(map[flowstate.FlowID]int64)
-	for _, e := range entries {
-		s, err := flowstate.DecodeValue(e.Value)
+	for key, raw := range n.store {
+		if !strings.HasPrefix(key, flowstate.NodeKeyPrefix) {
+			continue
+		}
+		s, err := flowstate.DecodeValue(raw)
 		if err != nil {
 			return err
 		}
@@ -69,31 +65,30 @@ func (n *naiveManager) merge(ctx context.Context, nodeID uint64, incoming flowst
 	}
 
 	// 3. Write the aggregated value to the global key.
-	aggregated := flowstate.FlowStateValue{
+	n.store[flowstate.StateKey] = encode(flowstate.FlowStateValue{
 		StateSize:       stateSize,
 		LastExecTimeMap: lastExecTimeMap,
 		StartTimeMap:    startTimeMap,
-	}
-	_, err = n.store.Put(ctx, flowstate.StateKey, aggregated.Encode())
-	return err
+	})
+	return nil
 }
 
-// put is the seed's put: it writes the aggregate key.
-func (n *naiveManager) put(ctx context.Context, v flowstate.FlowStateValue) error {
-	_, err := n.store.Put(ctx, flowstate.StateKey, v.Encode())
-	return err
+// clear is the seed's KV reset.
+func (n *naiveManager) clear() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	clear(n.store)
 }
 
 // get is the seed's get: ok is false (None) when the aggregate key is absent.
-func (n *naiveManager) get(ctx context.Context) (v flowstate.FlowStateValue, ok bool, err error) {
-	e, err := n.store.Get(ctx, flowstate.StateKey)
-	if errors.Is(err, kv.ErrNotFound) {
+func (n *naiveManager) get() (v flowstate.FlowStateValue, ok bool, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	raw, ok := n.store[flowstate.StateKey]
+	if !ok {
 		return flowstate.FlowStateValue{}, false, nil
 	}
-	if err != nil {
-		return flowstate.FlowStateValue{}, false, err
-	}
-	v, err = flowstate.DecodeValue(e.Value)
+	v, err = flowstate.DecodeValue(raw)
 	return v, err == nil, err
 }
 
@@ -119,44 +114,36 @@ func randomReport(r *rand.Rand) flowstate.FlowStateValue {
 	return v
 }
 
+// TestManagerMatchesNaive runs random reports and KV resets through the
+// seed's algorithm and the Manager: the same get after every step, and the
+// same keys with the same bytes in the seed's store as in the Manager's Dump.
 func TestManagerMatchesNaive(t *testing.T) {
-	for _, opts := range []state.Options{{}, {DeferAggregateWrite: true}} {
-		t.Run("defer="+strconv.FormatBool(opts.DeferAggregateWrite), func(t *testing.T) {
-			ctx := t.Context()
-			r := rand.New(rand.NewPCG(1, 2)) // a fixed seed: failures replay
-			naiveStore := kv.NewMemory()
-			naive := newNaiveManager(naiveStore)
-			m, store := newManager(t, opts)
+	ctx := t.Context()
+	r := rand.New(rand.NewPCG(1, 2)) // a fixed seed: failures replay
+	naive := newNaiveManager()
+	m := newManager(t, state.Options{})
 
-			for step := range 3000 {
-				switch {
-				case r.IntN(200) == 0:
-					require.NoError(t, naiveStore.Clear(ctx))
-					require.NoError(t, store.Clear(ctx))
-				case r.IntN(50) == 0:
-					v := randomReport(r)
-					require.NoError(t, naive.put(ctx, v))
-					_, err := m.Put(ctx, v)
-					require.NoError(t, err)
-				default:
-					node := uint64(r.IntN(8))
-					report := randomReport(r)
-					require.NoError(t, naive.merge(ctx, node, report))
-					merge(t, m, node, report)
-				}
+	for step := range 3000 {
+		switch {
+		case r.IntN(200) == 0:
+			naive.clear()
+			m.Clear()
+		default:
+			node := uint64(r.IntN(8))
+			report := randomReport(r)
+			require.NoError(t, naive.merge(ctx, node, report))
+			merge(t, m, node, report)
+		}
 
-				want, some, err := naive.get(ctx)
-				require.NoError(t, err)
-				got, ver := get(t, m)
-				if !assert.Equal(t, some, ver.Revision != 0, "step %d: Some/None", step) ||
-					!assert.True(t, want.Equal(got), "step %d: naive %+v, manager %+v", step, want, got) {
-					return
-				}
-				flush(t, m)
-				if !assert.Equal(t, stringValues(naiveStore.Dump()), stringValues(store.Dump()), "step %d: stored keys and bytes", step) {
-					return
-				}
-			}
-		})
+		want, some, err := naive.get()
+		require.NoError(t, err)
+		got, ver := get(t, m)
+		if !assert.Equal(t, some, ver.Revision != 0, "step %d: Some/None", step) ||
+			!assert.True(t, want.Equal(got), "step %d: naive %+v, manager %+v", step, want, got) {
+			return
+		}
+		if !assert.Equal(t, stringValues(naive.store), stringValues(m.Dump()), "step %d: stored keys and bytes", step) {
+			return
+		}
 	}
 }

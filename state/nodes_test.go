@@ -18,7 +18,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func TestNodesListsEachReportingNodeWithItsTimeAndFlows(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	m, _ := newManager(t, state.Options{Now: c.now})
+	m := newManager(t, state.Options{Now: c.now})
 	merge(t, m, 2, flowstate.FlowStateValue{StateSize: sizes{1: 1, 2: 2}})
 	c.t = c.t.Add(time.Second)
 	res := merge(t, m, 1, flowstate.FlowStateValue{LastExecTimeMap: times{3: 3}})
@@ -36,31 +36,28 @@ func TestNodesListsEachReportingNodeWithItsTimeAndFlows(t *testing.T) {
 }
 
 func TestEvictSilentRemovesOnlySilentNodesAndTheirKeys(t *testing.T) {
-	for _, deferWrite := range []bool{false, true} {
-		c := &clock{t: time.Unix(1000, 0)}
-		m, store := newManager(t, state.Options{Now: c.now, DeferAggregateWrite: deferWrite})
-		merge(t, m, 1, flowstate.FlowStateValue{StateSize: sizes{1: 10, 7: 10}})
-		c.t = c.t.Add(time.Minute)
-		before := merge(t, m, 2, flowstate.FlowStateValue{StateSize: sizes{2: 20, 7: 5}})
+	c := &clock{t: time.Unix(1000, 0)}
+	m := newManager(t, state.Options{Now: c.now})
+	merge(t, m, 1, flowstate.FlowStateValue{StateSize: sizes{1: 10, 7: 10}})
+	c.t = c.t.Add(time.Minute)
+	before := merge(t, m, 2, flowstate.FlowStateValue{StateSize: sizes{2: 20, 7: 5}})
 
-		evicted, res, err := m.EvictSilent(t.Context(), c.t.Add(-30*time.Second))
-		require.NoError(t, err)
-		assert.Equal(t, []uint64{1}, evicted)
-		assert.True(t, res.Changed)
-		assert.Greater(t, res.Revision, before.Revision)
+	evicted, res, err := m.EvictSilent(t.Context(), c.t.Add(-30*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{1}, evicted)
+	assert.True(t, res.Changed)
+	assert.Greater(t, res.Revision, before.Revision)
 
-		v, ver := get(t, m)
-		assert.Equal(t, res.Version, ver)
-		assert.Equal(t, sizes{2: 20, 7: 5}, v.StateSize, "node 2's max takes over flow 7")
-		require.NoError(t, m.Flush(t.Context()))
-		dump := store.Dump()
-		assert.NotContains(t, dump, flowstate.NodeKey(1))
-		assert.Contains(t, dump, flowstate.NodeKey(2))
-		assert.Equal(t, string(v.Encode()), string(dump[flowstate.StateKey]))
+	v, ver := get(t, m)
+	assert.Equal(t, res.Version, ver)
+	assert.Equal(t, sizes{2: 20, 7: 5}, v.StateSize, "node 2's max takes over flow 7")
+	dump := m.Dump()
+	assert.NotContains(t, dump, flowstate.NodeKey(1))
+	assert.Contains(t, dump, flowstate.NodeKey(2))
+	assert.Equal(t, string(encode(v)), string(dump[flowstate.StateKey]))
 
-		evicted, res, err = m.EvictSilent(t.Context(), c.t.Add(-30*time.Second))
-		require.NoError(t, err)
-		assert.Empty(t, evicted)
-		assert.False(t, res.Changed)
-	}
+	evicted, res, err = m.EvictSilent(t.Context(), c.t.Add(-30*time.Second))
+	require.NoError(t, err)
+	assert.Empty(t, evicted)
+	assert.False(t, res.Changed)
 }

@@ -22,7 +22,7 @@ func newTestReplica(t *testing.T) *Replica {
 
 func put(node uint64, seq uint64, exact bool, lastExec int64) kv.Event {
 	v := flowstate.FlowStateValue{LastExecTimeMap: map[flowstate.FlowID]int64{flowstate.FlowID(node): lastExec}}
-	return kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(node), Value: v.Encode(), Revision: kv.Revision{Epoch: "e1", Seq: seq}, Exact: exact}
+	return kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(node), Value: flowstate.AppendJSON(nil, v.Flows()), Revision: kv.Revision{Epoch: "e1", Seq: seq}, Exact: exact}
 }
 
 func served(t *testing.T, r *Replica) (map[flowstate.FlowID]int64, uint64) {

@@ -106,6 +106,15 @@ func (w *worker) stop(tb testing.TB) {
 	assert.False(tb, w.mgr.Loaded(), "a replica that stopped serves nothing")
 }
 
+// wipe purges store, as an operator can: both shared stores of the tests
+// can be wiped.
+func wipe(tb testing.TB, store kv.Shared) {
+	tb.Helper()
+	w, ok := store.(interface{ Clear(context.Context) error })
+	require.True(tb, ok, "%T cannot be wiped", store)
+	require.NoError(tb, w.Clear(tb.Context()))
+}
+
 // fmerge applies a report and fails the test on error.
 func fmerge(tb testing.TB, m *state.Replica, nodeID uint64, v flowstate.FlowStateValue) state.MergeResult {
 	tb.Helper()
@@ -280,7 +289,7 @@ func TestReplicasElectOnePublisher(t *testing.T) {
 		}
 		e, err := ws[0].store.Get(t.Context(), flowstate.StateKey)
 		require.NoError(t, err)
-		assert.Equal(t, string(lastExecOf(7, 1).Encode()), string(e.Value), "the aggregate key, byte for byte")
+		assert.Equal(t, string(encode(lastExecOf(7, 1))), string(e.Value), "the aggregate key, byte for byte")
 
 		// The publisher stops: it releases the lease and another takes over.
 		start := time.Now()
@@ -294,7 +303,7 @@ func TestReplicasElectOnePublisher(t *testing.T) {
 		require.NoError(t, err)
 		want := lastExecOf(7, 1)
 		want.LastExecTimeMap[2] = 8002
-		assert.Equal(t, string(want.Encode()), string(e.Value))
+		assert.Equal(t, string(encode(want)), string(e.Value))
 	})
 }
 
@@ -306,7 +315,7 @@ func TestReplicasStartOverWhenTheBucketIsCleared(t *testing.T) {
 		a := follow(t, open(), state.ReplicaOptions{})
 		b := follow(t, open(), state.ReplicaOptions{})
 		r := fmerge(t, a.mgr, 1, lastExecOf(1, 1))
-		require.NoError(t, b.store.Clear(t.Context()))
+		wipe(t, b.store)
 		for name, w := range map[string]*worker{"a": a, "b": b} {
 			require.Eventually(t, func() bool {
 				s, err := w.mgr.Snapshot(t.Context(), nil)
@@ -399,7 +408,7 @@ func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
 		assert.True(t, res.Changed)
 		for i, w := range ws {
 			v, ver := w.synced(t)
-			assert.True(t, v.IsEmpty(), "manager %d: %v", i, v)
+			assert.True(t, isEmpty(v), "manager %d: %v", i, v)
 			assert.Equal(t, res.Version, ver, "manager %d", i)
 			nodes, _, err := w.mgr.Nodes(t.Context())
 			require.NoError(t, err)

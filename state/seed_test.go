@@ -35,7 +35,7 @@ func TestFlowStateValueRoundtripIncludesStartTimeMap(t *testing.T) {
 		StartTimeMap:    map[flowstate.FlowID]int64{1: 1700000000000},
 	}
 
-	raw := v.Encode()
+	raw := encode(v)
 	assert.Contains(t, string(raw), "start_time_map")
 
 	decoded, err := flowstate.DecodeValue(raw)
@@ -44,7 +44,7 @@ func TestFlowStateValueRoundtripIncludesStartTimeMap(t *testing.T) {
 }
 
 func TestMergeKeepsReportsFromDifferentNodes(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	// Node A reports flow 1 executed at t1.
 	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
@@ -61,7 +61,7 @@ func TestMergeKeepsReportsFromDifferentNodes(t *testing.T) {
 }
 
 func TestMergeReplacesSameNodeState(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 	// A new report from the same node replaces the previous one. There is no
@@ -76,7 +76,7 @@ func TestMergeReplacesSameNodeState(t *testing.T) {
 }
 
 func TestMergeAcceptsClockRollbackFromSameNode(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	// A flownode restarts with its wall clock rolled back: it first reports
 	// flow 1 at t1, then a smaller t0. Reports are applied in arrival order,
@@ -90,7 +90,7 @@ func TestMergeAcceptsClockRollbackFromSameNode(t *testing.T) {
 }
 
 func TestMergeAggregatesStateSizeAndLastExecTimeByMax(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	// Both nodes report the same flow; the aggregate takes the max of
 	// state_size and of last_exec_time_map across nodes.
@@ -104,17 +104,17 @@ func TestMergeAggregatesStateSizeAndLastExecTimeByMax(t *testing.T) {
 }
 
 func TestMergeConcurrentReportsNoLostUpdate(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	// Two nodes report concurrently; the manager serialises the
 	// read-modify-write so that neither report is lost.
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := m.Merge(t.Context(), 1, execState(map[flowstate.FlowID]int64{1: 100}))
+		_, err := m.MergeFlows(t.Context(), 1, execState(map[flowstate.FlowID]int64{1: 100}).Flows())
 		assert.NoError(t, err)
 	})
 	wg.Go(func() {
-		_, err := m.Merge(t.Context(), 2, execState(map[flowstate.FlowID]int64{2: 200}))
+		_, err := m.MergeFlows(t.Context(), 2, execState(map[flowstate.FlowID]int64{2: 200}).Flows())
 		assert.NoError(t, err)
 	})
 	wg.Wait()
@@ -125,7 +125,7 @@ func TestMergeConcurrentReportsNoLostUpdate(t *testing.T) {
 }
 
 func TestMergeEmptyReportRemovesOwnFlowsKeepsOthers(t *testing.T) {
-	m, _ := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	// Node A reports flow 1, node B reports flow 2.
 	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
@@ -142,7 +142,7 @@ func TestMergeEmptyReportRemovesOwnFlowsKeepsOthers(t *testing.T) {
 }
 
 func TestMergeStateClearedOnInMemoryKvReset(t *testing.T) {
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 	_, ver := get(t, m)
@@ -150,10 +150,10 @@ func TestMergeStateClearedOnInMemoryKvReset(t *testing.T) {
 
 	// A metasrv leader change clears the in-memory KV, per-node keys
 	// included since they live in the same KV.
-	require.NoError(t, store.Clear(t.Context()))
+	m.Clear()
 	v, ver := get(t, m)
 	assert.Zero(t, ver.Revision, "get must be None after the KV is cleared")
-	assert.True(t, v.IsEmpty(), "the value at revision 0 must be empty, got %+v", v)
+	assert.True(t, isEmpty(v), "the value at revision 0 must be empty, got %+v", v)
 
 	// A fresh report works again after the reset, and node 1's flow 1 does
 	// not come back.
@@ -165,13 +165,13 @@ func TestMergeStateClearedOnInMemoryKvReset(t *testing.T) {
 }
 
 func TestMergeWritesGlobalKey(t *testing.T) {
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	merge(t, m, 1, execState(map[flowstate.FlowID]int64{1: 100}))
 
 	// The global key is still __flow/state and holds the serialised
 	// FlowStateValue, so existing get() and client readers are unchanged.
-	dump := store.Dump()
+	dump := m.Dump()
 	require.Contains(t, dump, "__flow/state")
 	v, err := flowstate.DecodeValue(dump["__flow/state"])
 	require.NoError(t, err)

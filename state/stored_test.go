@@ -9,13 +9,13 @@ import (
 )
 
 func TestStoredBytesAreSerdeJSONForm(t *testing.T) {
-	m, store := newManager(t, state.Options{})
+	m := newManager(t, state.Options{})
 
 	merge(t, m, 10, value(sizes{10: 1000, 2: 200}, times{10: -1, 2: 1700000000000}, nil))
 	merge(t, m, 2, value(sizes{2: 300}, times{2: 5}, times{2: 1}))
 	merge(t, m, 3, value(nil, nil, nil))
 
-	dump := store.Dump()
+	dump := m.Dump()
 	assert.Equal(t, map[string]string{
 		"__flow/state/node/10": `{"state_size":{"2":200,"10":1000},"last_exec_time_map":{"2":1700000000000,"10":-1},"start_time_map":{}}`,
 		"__flow/state/node/2":  `{"state_size":{"2":300},"last_exec_time_map":{"2":5},"start_time_map":{"2":1}}`,

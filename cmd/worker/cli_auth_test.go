@@ -11,7 +11,6 @@ import (
 
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/internal/natstest"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/state"
 )
 
@@ -22,7 +21,7 @@ func TestSubcommandsAuthenticateFromTheEnvironment(t *testing.T) {
 	srv := natstest.Start(t, &server.Options{Username: "ops", Password: "s3cret"})
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("ops", "s3cret"))
 	require.NoError(t, err)
-	w, err := consumer.New(nc, state.NewManager(kv.NewMemory(), state.Options{}), consumer.Config{})
+	w, err := consumer.New(nc, state.NewManager(state.Options{}), consumer.Config{})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(func() {

@@ -15,7 +15,6 @@ import (
 	"github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/internal/natstest"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/state"
 )
 
@@ -35,7 +34,7 @@ func startTestWorker(tb testing.TB, srv *server.Server, cfg consumer.Config) {
 	tb.Helper()
 	nc, err := nats.Connect(srv.ClientURL(), nats.Name("test-worker"))
 	require.NoError(tb, err)
-	w, err := consumer.New(nc, state.NewManager(kv.NewMemory(), state.Options{}), cfg)
+	w, err := consumer.New(nc, state.NewManager(state.Options{}), cfg)
 	require.NoError(tb, err)
 	require.NoError(tb, w.Start())
 	tb.Cleanup(func() {

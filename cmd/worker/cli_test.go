@@ -128,7 +128,7 @@ func TestSendPrintsTheRevisionTheReportWasAppliedAt(t *testing.T) {
 	assert.Regexp(t, `^applied at revision \d+, epoch `+s.Epoch+"\n$", stdout)
 	s, err = c.Get(bounded(t))
 	require.NoError(t, err)
-	assert.True(t, s.Value.IsEmpty())
+	assert.Empty(t, s.Value.Flows())
 }
 
 func TestSendNoAckPublishesTheReport(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
 	"github.com/flowstate-io/flowstate/state"
 )
@@ -15,20 +14,27 @@ import (
 // jetStreamStartTimeout bounds the wait for JetStream at start-up.
 const jetStreamStartTimeout = 15 * time.Second
 
-// openState returns the state of the configured backend: a Manager on an
-// in-memory store, or a Replica of a JetStream bucket that the workers
-// share, on a connection of its own that dial makes (storeConnOptions).
-// The Replica runs from here, so that its watch has read the bucket
-// before the worker serves, until stopState.
-func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error) {
+// openState builds the state of the configured backend and the worker that
+// serves it, with ccfg: a Manager that this worker alone holds (--kv
+// memory), or a Replica of a JetStream bucket that the workers share, on a
+// connection of its own that dial makes (storeConnOptions).
+func (m *Main) openState(ccfg consumer.Config, dial func() (*natsConn, error)) (*consumer.Worker, error) {
 	if m.Config.KV != "jetstream" {
-		m.store = kv.NewMemory()
-		m.state = state.NewManager(m.store, state.Options{
-			DeferAggregateWrite: m.Config.PublishInterval > 0,
-			Limits:              m.Config.limits(),
-		})
-		return m.state, nil
+		mgr := state.NewManager(state.Options{Limits: m.Config.limits()})
+		m.state = mgr
+		return consumer.New(m.nc.Conn, mgr, ccfg)
 	}
+	replica, err := m.openReplica(dial)
+	if err != nil {
+		return nil, err
+	}
+	m.state = replica
+	return consumer.NewShared(m.nc.Conn, replica, ccfg)
+}
+
+// openReplica opens the bucket and runs a Replica of it from here, so that
+// its watch has read the bucket before the worker serves, until stopState.
+func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
 	defer cancel()
 	cfg := m.Config.jetStreamConfig()
@@ -48,7 +54,7 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 	if err != nil {
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
 	}
-	m.store = js
+	m.js = js
 	m.storeReady = storeReadiness(snc, js.Available)
 	replica, err := state.NewReplica(js, state.ReplicaOptions{
 		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
@@ -57,7 +63,7 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	m.mgr, m.state, m.replicaStop, m.replicaDone = replica, replica, stop, make(chan error, 1)
+	m.replica, m.replicaStop, m.replicaDone = replica, stop, make(chan error, 1)
 	go func() { m.replicaDone <- replica.Run(runCtx) }()
 	if err := replica.WaitLoaded(ctx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

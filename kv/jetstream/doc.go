@@ -6,8 +6,7 @@
 // Keys and values are stored as given: key k is the bucket's key k (subject
 // $KV.<bucket>.k), so `nats kv get <bucket> <key>` shows what was put. Keys
 // are made of letters, digits and - / _ = . (no leading, trailing or double
-// dot); '/' is part of a key, not a separator, so Range lists the bucket and
-// filters by prefix.
+// dot); '/' is part of a key, not a separator.
 //
 // Revisions are the stream's sequence numbers: per key they are the bucket's
 // revisions, and across keys they order every write of every process.

@@ -156,6 +156,13 @@ func (s *SharedMemory) Put(_ context.Context, key string, value []byte) (Revisio
 	return s.write("put", key, value, false, nil)
 }
 
+// PutAsync is Put, answered by done before it returns: a store whose puts
+// never wait, for a replica that sends its writes without waiting.
+func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, done func(Revision, error)) error {
+	done(s.Put(ctx, key, value))
+	return nil
+}
+
 // Delete implements Store. Deleting a missing key writes a deletion too.
 func (s *SharedMemory) Delete(_ context.Context, key string) (Revision, error) {
 	return s.write("delete", key, nil, true, nil)

@@ -27,7 +27,7 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	if w.cfg.OnApplied != nil {
 		start = monoNow()
 	}
-	if w.pipe != nil {
+	if w.shared != nil {
 		w.submit(msg, start)
 		return
 	}
@@ -60,7 +60,14 @@ func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint
 			w.stats.acked.Add(1)
 		}
 	}
-	if res.Changed {
+	w.localChanged(res)
+}
+
+// localChanged tells the publisher of a change that a local state made: a
+// shared state signals its changes itself (Shared.Changes), those of its
+// own reports included.
+func (w *Worker) localChanged(res state.MergeResult) {
+	if res.Changed && w.local != nil {
 		w.pub.changed()
 	}
 }

@@ -41,16 +41,25 @@ type Local interface {
 
 // Shared is the state of a store that several workers share (a
 // state.Replica, --kv jetstream): reports are pipelined (pipeline.go), a
-// get passes a read barrier first, and only the worker that holds the
-// publisher lease writes the aggregate key and publishes.
+// get passes a read barrier first, only the worker that holds the publisher
+// lease writes the aggregate key and publishes, and the state tells the
+// publisher of every change it serves.
 type Shared interface {
 	State
-	// Submit checks a report and sends its write; the Pending's Wait says
-	// when it is stored and applied, as MergeFlows would have returned.
-	// Writes are stored in the order of the calls.
-	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (*state.Pending, error)
-	// Window is how many reports may be in flight.
-	Window() int
+	// Submit takes a report (flows sorted by ID) and answers c, in the
+	// order of the Submit and Refuse calls, once its write is stored and
+	// applied, or with why not. It blocks while the window of reports
+	// waiting for their answers is full, until ctx ends: then it returns
+	// an error and c is not called.
+	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow, c state.Completion) error
+	// Refuse answers c with err in its turn, as Submit does.
+	Refuse(ctx context.Context, err error, c state.Completion) error
+	// Drain waits until every report given is answered, or ctx ends; then
+	// it answers those left with an error wrapping context.Cause(ctx).
+	Drain(ctx context.Context)
+	// Changes receives after each change of the served state, or when
+	// this worker becomes the publisher.
+	Changes() <-chan struct{}
 	// Sync waits until the state holds every write acknowledged before the
 	// call: the read barrier of a get.
 	Sync(ctx context.Context) error

@@ -50,10 +50,9 @@ type Worker struct {
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 
-	sub  *nats.Subscription
-	svc  micro.Service
-	pub  *coalescer
-	pipe *pipeline // the completion stage, for a shared state; nil otherwise
+	sub *nats.Subscription
+	svc micro.Service
+	pub *coalescer
 
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
@@ -108,7 +107,7 @@ func NewShared(nc *nats.Conn, shared Shared, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.shared = shared
-	w.pipe = newPipeline(shared)
+	w.pub.follow(shared.Changes())
 	return w, nil
 }
 
@@ -159,9 +158,6 @@ func (w *Worker) Start() error {
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
-	if w.pipe != nil {
-		go w.runPipeline()
-	}
 	if w.cfg.NodeTTL > 0 {
 		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
 		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)
@@ -224,22 +220,6 @@ func (w *Worker) serviceError(_ micro.Service, err *micro.NATSError) {
 		return
 	}
 	w.logThrottled(errorLevel, "service error", slog.String("subject", cutToken(err.Subject)), slog.String("err", err.Description))
-}
-
-// Changed tells the worker that the state changed without a report of its
-// own: a replica of a shared store calls it from its change callback. It
-// does not block: it kicks the publisher, which publishes at its cadence
-// (at once with PublishInterval 0). It may be called before Start and after
-// Shutdown, when it does nothing.
-func (w *Worker) Changed() { w.pub.signal() }
-
-// signal marks a change pending without ever publishing on the caller's
-// goroutine; run publishes it.
-func (c *coalescer) signal() {
-	select {
-	case c.kick <- struct{}{}:
-	default: // a change is already pending
-	}
 }
 
 // Ready reports why the worker cannot serve, or nil: it must be started

@@ -22,8 +22,9 @@
 // It knows the domain, the value and its stored form (package flowstate),
 // package kv and package lease; it does not know NATS
 // (package consumer is the NATS edge, kv/jetstream the bucket) or msgpack
-// (package codec). Its only goroutines are Replica.Run's (the watch on the
-// caller's, the lease beside it), and Run waits for them before it returns.
+// (package codec). Its only goroutines are Replica.Run's (the watch, the
+// lease, and the clock on the caller's), and Run waits for them before it
+// returns.
 //
 // # Rules
 //
@@ -64,9 +65,9 @@
 // Deltas: Delta returns the flows whose aggregate entry changed since the
 // previous Delta of the epoch (Base), with their entries now (none present:
 // the flow left), at a cost that grows with the number changed. It asks
-// clients to resync (Delta.Resync) after a Put, when more than half the
-// aggregate (at least 1,024 flows) changed, and on a Replica that has just
-// become the publisher or read the store again.
+// clients to resync (Delta.Resync) when more than half the aggregate (at
+// least 1,024 flows) changed, and on a Replica that has just become the
+// publisher or read the store again.
 //
 // # Following a shared store
 //
@@ -82,23 +83,45 @@
 // bucket ever had, so the last exact state stays served, at its revision,
 // until the watch has caught up (kv.Event.Exact).
 //
-// Writes are pipelined. Submit checks a report (sorted flows; capacity by
-// the state the watch made, counting the new nodes whose writes are in
-// flight, though not their new flows) and sends the node-key write without waiting
-// for the store, if the store is an AsyncPutter (the JetStream store is; a
-// store that is not is written synchronously); the returned Pending's Wait
-// completes once the write is stored and the watch has applied it, and
-// fails with an error wrapping kv.ErrUnavailable if the store did not take
-// it or its outcome is unknown (never an acknowledgement of what was not
-// stored). The worker keeps up to ReplicaOptions.Window writes in flight
-// and answers them in arrival order (package consumer). MergeFlows is
-// Submit then Wait. An acknowledged report is stored, and visible at once
-// to a get on the worker that acknowledged it. A later stored report of a
-// node supersedes an earlier one that failed: each node's key holds its
-// last write. The watch does not decode this worker's own writes: the
-// Replica keeps the flows of each write in flight (per node, in order) and
-// applies them when the watch delivers a write of the same bytes to that
-// node's key; the others' writes are decoded (flowstate.AppendValueFlows). Either
+// Writes are pipelined (Submit). A report is checked (sorted flows;
+// capacity by the state the watch made and this worker's writes in flight)
+// and its node-key write sent without waiting for the store; its
+// Completion is told the outcome, in the order of the reports, once the
+// write is stored and this worker's watch has applied it (so that a get on
+// this worker after the ack sees it), or why not: an error wrapping
+// kv.ErrUnavailable if the store did not take it, its outcome is unknown,
+// or the watch did not apply it within ApplyTimeout (never an
+// acknowledgement of what was not stored). Each report is acknowledged
+// with its own write's sequence number. Up to ReplicaOptions.Window
+// reports wait for their answers; past that, Submit blocks. A later stored
+// report of a node supersedes an earlier one that failed: each node's key
+// holds its last write. MergeFlows is Submit, then the outcome.
+//
+// The path of one acknowledged report crosses three goroutines and three
+// channels, each for a reason:
+//
+//   - the worker's intake goroutine calls Submit: it takes a place in the
+//     window (the window channel, whose capacity bounds the reports in
+//     flight and blocks intake past it), encodes the report once and sends
+//     its write, which takes one of the store's slots for puts in flight
+//     (the JetStream store's free channel, which bounds the puts whose
+//     answer is awaited);
+//   - the goroutine of the store's answers (onStored) records the write's
+//     sequence number;
+//   - the watch's goroutine (onEvent) applies the write: it finds this
+//     worker's report by that sequence number and applies the flows it
+//     kept, without decoding the bytes it wrote (those are decoded only
+//     when the watch delivers the write before the store's answer came);
+//     the JetStream watch reads its ordered consumer's queue (the third
+//     channel, where the connection's reader puts each message) with no
+//     goroutine in between.
+//
+// Whichever of the last two finds the oldest report's outcome answers it,
+// and the reports after it that are ready, in order, through their
+// Completions; the clock (Run's goroutine, ApplyTimeout/8 a tick) answers
+// a write the watch is late to apply. The served state tells the worker of
+// its changes on one channel (Changes), its own reports' included.
+// Another worker's write is decoded (flowstate.AppendValueFlows). Either
 // way the apply path allocates nothing per report in steady state.
 //
 // Reports of different nodes are different keys, so two workers merging at
@@ -117,12 +140,12 @@
 // write), and only it publishes; Flush returns ErrNotPublisher on the
 // others. An aggregate write the store refuses while this worker still
 // holds the lease (a server that does not honour the fence) is logged
-// once, not taken for a lost lease: the state is still published. It serves as the publisher only once its watch has applied its
-// own takeover, so that its state includes everything its predecessor could
-// have published. OnChange tells the worker that the served state changed
-// or that it became the publisher. The epoch is the store's (see package
-// kv/jetstream): a wiped or recreated bucket starts a new one, and every
-// worker starts over with it.
+// once, not taken for a lost lease: the state is still published. It
+// serves as the publisher only once its watch has applied its own
+// takeover, so that its state includes everything its predecessor could
+// have published. The epoch is the store's (see package kv/jetstream): a
+// wiped or recreated bucket starts a new one, and every worker starts over
+// with it.
 //
 // # Cost
 //

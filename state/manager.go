@@ -10,12 +10,6 @@ import (
 	"github.com/flowstate-io/flowstate/kv"
 )
 
-// ErrStoreCleared is returned by a Replica's reports and evictions when the
-// shared store was wiped while they wrote to it: the write landed in the
-// old epoch and was wiped, so the report must be sent again (its node's next
-// heartbeat does).
-var ErrStoreCleared = errors.New("state: the store was cleared during the write")
-
 // ErrUnsortedFlows is returned by MergeFlows and Submit when the flows of a
 // report are not sorted by ID with each ID once.
 var ErrUnsortedFlows = errors.New("state: flows are not sorted by id without duplicates")

@@ -17,38 +17,28 @@ func TestReplicaRefusesAReportPastItsLimits(t *testing.T) {
 	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, store, state.ReplicaOptions{Limits: state.Limits{MaxNodes: 5, MaxFlows: 2}})
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1, 2))
-	last, err := store.LastRevision(t.Context())
-	require.NoError(t, err)
 
-	_, err = w.mgr.MergeFlows(t.Context(), 2, lastExecOf(2, 3).Flows())
+	_, err := w.mgr.MergeFlows(t.Context(), 2, lastExecOf(2, 3).Flows())
 	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, state.LimitMaxTotalFlows, ce.Limit)
-	now, err := store.LastRevision(t.Context())
-	require.NoError(t, err)
-	assert.Equal(t, last, now, "nothing written")
+	_, err = store.Get(t.Context(), flowstate.NodeKey(2))
+	assert.ErrorIs(t, err, kv.ErrNotFound, "nothing written")
 	fmerge(t, w.mgr, 2, lastExecOf(2, 2)) // a shared flow adds nothing
 }
 
-// TestReplicaSignalsChangesAndTracksDeltas checks that a replica calls
-// OnChange when another worker's report changes its state, and that the
+// TestReplicaSignalsChangesAndTracksDeltas checks that a replica signals a
+// change when another worker's report changes its state, and that the
 // publisher's first delta makes clients resync, then carries the changes.
 func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
 	store := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	changes := make(chan struct{}, 1)
-	onChange := func() {
-		select {
-		case changes <- struct{}{}:
-		default:
-		}
-	}
-	opts := state.ReplicaOptions{ID: "a", OnChange: onChange}
-	a := follow(t, store, opts)
+	a := follow(t, store, state.ReplicaOptions{ID: "a"})
+	changes := a.mgr.Changes()
 	require.Eventually(t, a.mgr.Publisher, followWait, time.Millisecond, "the only replica becomes the publisher")
 	select {
 	case <-changes:
 	case <-time.After(followWait):
-		t.Fatal("no OnChange on becoming the publisher")
+		t.Fatal("no change signalled on becoming the publisher")
 	}
 	d, err := a.mgr.Delta(t.Context(), nil)
 	require.NoError(t, err)
@@ -59,7 +49,7 @@ func TestReplicaSignalsChangesAndTracksDeltas(t *testing.T) {
 	select {
 	case <-changes:
 	case <-time.After(followWait):
-		t.Fatal("no OnChange after another worker's report")
+		t.Fatal("no change signalled after another worker's report")
 	}
 	require.NoError(t, a.mgr.Sync(t.Context()))
 	d2, err := a.mgr.Delta(t.Context(), d.Flows)

@@ -25,7 +25,7 @@ func put(node uint64, seq uint64, exact bool, lastExec int64) kv.Event {
 	return kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(node), Value: flowstate.AppendJSON(nil, v.Flows()), Revision: kv.Revision{Epoch: "e1", Seq: seq}, Exact: exact}
 }
 
-func served(t *testing.T, r *Replica) (map[flowstate.FlowID]int64, uint64) {
+func servedNow(t *testing.T, r *Replica) (map[flowstate.FlowID]int64, uint64) {
 	t.Helper()
 	s, err := r.Snapshot(context.Background(), nil)
 	require.NoError(t, err)
@@ -37,88 +37,88 @@ func served(t *testing.T, r *Replica) (map[flowstate.FlowID]int64, uint64) {
 // at its revision, until the watch is exact again.
 func TestReplicaServesOnlyExactStates(t *testing.T) {
 	f := newTestReplica(t)
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
 	_, err := f.Snapshot(context.Background(), nil)
 	assert.ErrorIs(t, err, kv.ErrUnavailable, "not served before the watch is synced")
 
-	f.apply(put(1, 3, false, 10))
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
-	got, rev := served(t, f)
+	f.onEvent(put(1, 3, false, 10))
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	got, rev := servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(3), rev)
 
-	f.apply(put(2, 4, true, 20))
-	got, rev = served(t, f)
+	f.onEvent(put(2, 4, true, 20))
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 10, 2: 20}, got)
 	assert.Equal(t, uint64(4), rev)
 
 	// Writes 5 and 6 were replaced before the watch read them: 7 is not an
 	// exact state, so 4 stays served.
-	f.apply(put(3, 7, false, 30))
-	got, rev = served(t, f)
+	f.onEvent(put(3, 7, false, 30))
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 10, 2: 20}, got)
 	assert.Equal(t, uint64(4), rev)
-	assert.False(t, f.servedLocked(7))
+	assert.False(t, f.servesLocked(7))
 
 	// The watch caught up.
-	f.apply(put(1, 9, true, 11))
-	got, rev = served(t, f)
+	f.onEvent(put(1, 9, true, 11))
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 11, 2: 20, 3: 30}, got)
 	assert.Equal(t, uint64(9), rev)
-	assert.True(t, f.servedLocked(9))
+	assert.True(t, f.servesLocked(9))
 
 	// A deletion removes the node's flows.
-	f.apply(kv.Event{Op: kv.OpDelete, Key: flowstate.NodeKey(2), Revision: kv.Revision{Epoch: "e1", Seq: 10}, Exact: true})
-	got, rev = served(t, f)
+	f.onEvent(kv.Event{Op: kv.OpDelete, Key: flowstate.NodeKey(2), Revision: kv.Revision{Epoch: "e1", Seq: 10}, Exact: true})
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 11, 3: 30}, got)
 	assert.Equal(t, uint64(10), rev)
 
 	// Keys that are not nodes' advance the watch, not the revision.
-	f.apply(kv.Event{Op: kv.OpPut, Key: flowstate.StateKey, Value: []byte("{}"), Revision: kv.Revision{Epoch: "e1", Seq: 11}, Exact: true})
-	_, rev = served(t, f)
+	f.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.StateKey, Value: []byte("{}"), Revision: kv.Revision{Epoch: "e1", Seq: 11}, Exact: true})
+	_, rev = servedNow(t, f)
 	assert.Equal(t, uint64(10), rev)
-	assert.True(t, f.servedLocked(11))
+	assert.True(t, f.servesLocked(11))
 }
 
 // TestReplicaRereadKeepsServing restarts the watch in the same epoch: the
 // last state stays served until the new pass is synced.
 func TestReplicaRereadKeepsServing(t *testing.T) {
 	f := newTestReplica(t)
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	f.apply(put(1, 3, false, 10))
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.onEvent(put(1, 3, false, 10))
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
 
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	got, rev := served(t, f)
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	got, rev := servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(3), rev)
-	f.apply(put(1, 5, false, 12))
-	got, _ = served(t, f)
+	f.onEvent(put(1, 5, false, 12))
+	got, _ = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got, "still the last exact state")
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 5}, Exact: true})
-	got, rev = served(t, f)
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 5}, Exact: true})
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 12}, got)
 	assert.Equal(t, uint64(5), rev)
 
 	// A pass that reads a stream behind what was served (revision 5) keeps
 	// the last exact state served until it has caught up.
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	f.apply(put(1, 3, false, 10))
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
-	got, rev = served(t, f)
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.onEvent(put(1, 3, false, 10))
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 12}, got, "not the state at revision 3 labelled 5")
 	assert.Equal(t, uint64(5), rev)
-	f.apply(put(1, 5, true, 12))
-	f.apply(put(2, 6, true, 20))
-	got, rev = served(t, f)
+	f.onEvent(put(1, 5, true, 12))
+	f.onEvent(put(2, 6, true, 20))
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 12, 2: 20}, got, "caught up")
 	assert.Equal(t, uint64(6), rev)
 
 	// A new epoch starts over, empty at revision 0 once synced.
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e2"}})
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e2"}})
 	_, err := f.Snapshot(context.Background(), nil)
 	assert.ErrorIs(t, err, kv.ErrUnavailable)
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e2"}, Exact: true})
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e2"}, Exact: true})
 	s, err := f.Snapshot(context.Background(), nil)
 	require.NoError(t, err)
 	assert.Empty(t, s.Flows)
@@ -129,14 +129,14 @@ func TestReplicaRereadKeepsServing(t *testing.T) {
 // form than NodeKey's, or a value that does not decode, changes nothing.
 func TestReplicaIgnoresWhatNoWorkerWrites(t *testing.T) {
 	f := newTestReplica(t)
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
-	f.apply(put(1, 1, true, 10))
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+	f.onEvent(put(1, 1, true, 10))
 	bad := put(7, 2, true, 70)
 	bad.Key = flowstate.NodeKeyPrefix + "007"
-	f.apply(bad)
-	f.apply(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
-	got, rev := served(t, f)
+	f.onEvent(bad)
+	f.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	got, rev := servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
 	assert.Equal(t, uint64(1), rev)
 }
@@ -146,20 +146,20 @@ func TestReplicaIgnoresWhatNoWorkerWrites(t *testing.T) {
 // carries everything since.
 func TestReplicaDeltaWhileCatchingUp(t *testing.T) {
 	f := newTestReplica(t)
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
-	f.apply(put(1, 1, true, 10))
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+	f.onEvent(put(1, 1, true, 10))
 	d, err := f.Delta(context.Background(), nil)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), d.Revision)
 
-	f.apply(put(2, 2, true, 20))
-	f.apply(put(3, 5, false, 30)) // held: 2 stays served
+	f.onEvent(put(2, 2, true, 20))
+	f.onEvent(put(3, 5, false, 30)) // held: 2 stays served
 	d, err = f.Delta(context.Background(), d.Flows)
 	require.NoError(t, err)
 	assert.Equal(t, Delta{Version: flowstate.Version{Epoch: "e1", Revision: 1}, Base: 1, Flows: []flowstate.Flow{}}, d)
 
-	f.apply(put(1, 6, true, 11))
+	f.onEvent(put(1, 6, true, 11))
 	d, err = f.Delta(context.Background(), d.Flows)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), d.Base)
@@ -172,16 +172,16 @@ func TestReplicaDeltaWhileCatchingUp(t *testing.T) {
 // number than OpReset's) belongs to the last epoch, not to this one.
 func TestReplicaLeavesOutWritesBeforeTheEpochBegan(t *testing.T) {
 	f := newTestReplica(t)
-	f.apply(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1", Seq: 5}})
-	f.apply(put(1, 4, false, 10)) // stored before the epoch key
-	f.apply(put(2, 6, false, 20))
-	f.apply(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 6}, Exact: true})
-	got, rev := served(t, f)
+	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1", Seq: 5}})
+	f.onEvent(put(1, 4, false, 10)) // stored before the epoch key
+	f.onEvent(put(2, 6, false, 20))
+	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1", Seq: 6}, Exact: true})
+	got, rev := servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{2: 20}, got)
 	assert.Equal(t, uint64(6), rev)
 
-	f.apply(put(1, 7, true, 30))
-	got, rev = served(t, f)
+	f.onEvent(put(1, 7, true, 30))
+	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 30, 2: 20}, got, "the node's writes in this epoch count")
 	assert.Equal(t, uint64(7), rev)
 }

@@ -20,38 +20,67 @@ import (
 )
 
 // These tests submit several reports before waiting for any (Submit, then
-// Pending.Wait), as the worker's intake pipeline does, on the in-memory
+// the outcome), as the worker's intake pipeline does, on the in-memory
 // shared store and its hooks.
 
-// submit sends a report and fails the test if it is refused before its
-// write.
-func submit(tb testing.TB, r *state.Replica, node uint64, v flowstate.FlowStateValue) *state.Pending {
+// pending is a submitted report's Completion.
+type pending struct {
+	res  state.MergeResult
+	err  error
+	done chan struct{}
+}
+
+func (p *pending) Complete(res state.MergeResult, err error) {
+	p.res, p.err = res, err
+	close(p.done)
+}
+
+// submit gives a report to r.
+func submit(tb testing.TB, r *state.Replica, node uint64, v flowstate.FlowStateValue) *pending {
 	tb.Helper()
-	p, err := r.Submit(tb.Context(), node, v.Flows())
-	require.NoError(tb, err, "submit report of node %d", node)
+	p := &pending{done: make(chan struct{})}
+	require.NoError(tb, r.Submit(tb.Context(), node, v.Flows(), p), "submit report of node %d", node)
 	return p
 }
 
-// outcome waits for a submitted report and releases it.
-func outcome(tb testing.TB, p *state.Pending) (state.MergeResult, error) {
+// outcome waits for a submitted report's answer.
+func outcome(tb testing.TB, p *pending) (state.MergeResult, error) {
 	tb.Helper()
-	defer p.Release()
-	return p.Wait(tb.Context())
+	select {
+	case <-p.done:
+		return p.res, p.err
+	case <-time.After(followWait):
+		tb.Fatal("no answer")
+		return state.MergeResult{}, nil
+	}
+}
+
+// answered reports whether p has its answer.
+func answered(p *pending) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func TestReplicaPipelineCompletesInOrderOnceApplied(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{})
 	mem.StallWatches()
-	var pending []*state.Pending
+	var all []*pending
 	for node := uint64(1); node <= 5; node++ {
-		pending = append(pending, submit(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node))))
+		all = append(all, submit(t, w.mgr, node, lastExecOf(node, flowstate.FlowID(node))))
 	}
 	got, _ := fget(t, w.mgr)
 	assert.Empty(t, got.LastExecTimeMap, "stored, but not applied while the watch is stalled")
+	for i, p := range all {
+		assert.False(t, answered(p), "report %d answered before the watch applied it", i+1)
+	}
 	mem.ResumeWatches()
 	var last uint64
-	for i, p := range pending {
+	for i, p := range all {
 		res, err := outcome(t, p)
 		require.NoError(t, err, "report %d", i+1)
 		// Each is acked with its own write's revision, not the state's
@@ -123,13 +152,10 @@ func TestReplicaPipelineRefusesPastCapacityBeforeWriting(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{Limits: state.Limits{MaxNodes: 1}})
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1))
-	before, err := mem.LastRevision(t.Context())
-	require.NoError(t, err)
-	_, err = w.mgr.Submit(t.Context(), 2, lastExecOf(2, 2).Flows())
+	_, err := outcome(t, submit(t, w.mgr, 2, lastExecOf(2, 2)))
 	require.ErrorIs(t, err, state.ErrCapacity)
-	after, err := mem.LastRevision(t.Context())
-	require.NoError(t, err)
-	assert.Equal(t, before, after, "nothing written")
+	_, err = mem.Get(t.Context(), flowstate.NodeKey(2))
+	assert.ErrorIs(t, err, kv.ErrNotFound, "nothing written")
 }
 
 // unfencedStore refuses every aggregate write fenced on the lease, as a
@@ -179,14 +205,16 @@ func TestReplicaPipelineCountsNewNodesInFlightAgainstMaxNodes(t *testing.T) {
 	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
 	again := submit(t, w.mgr, 1, lastExecOf(1, 2)) // the same node: no new one
 	second := submit(t, w.mgr, 2, lastExecOf(2, 3))
-	_, err := w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
-	require.ErrorIs(t, err, state.ErrCapacity, "two new nodes in flight make the limit")
+	refused := submit(t, w.mgr, 3, lastExecOf(3, 4))
+	assert.False(t, answered(refused), "answered in its turn, after the reports before it")
 	mem.ResumeWatches()
-	for _, p := range []*state.Pending{first, again, second} {
+	for _, p := range []*pending{first, again, second} {
 		_, err := outcome(t, p)
 		require.NoError(t, err)
 	}
-	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 4).Flows())
+	_, err := outcome(t, refused)
+	require.ErrorIs(t, err, state.ErrCapacity, "two new nodes in flight make the limit")
+	_, err = outcome(t, submit(t, w.mgr, 3, lastExecOf(3, 4)))
 	require.ErrorIs(t, err, state.ErrCapacity, "two nodes applied make the limit")
 	fmerge(t, w.mgr, 2, lastExecOf(2, 5))
 }
@@ -198,17 +226,18 @@ func TestReplicaPipelineCountsFlowsInFlightAgainstMaxFlows(t *testing.T) {
 	w := follow(t, mem, state.ReplicaOptions{Limits: state.Limits{MaxFlows: 4}})
 	mem.StallWatches()
 	first := submit(t, w.mgr, 1, lastExecOf(1, 1, 2, 3))
-	_, err := w.mgr.Submit(t.Context(), 2, lastExecOf(2, 4, 5).Flows())
+	refused := submit(t, w.mgr, 2, lastExecOf(2, 4, 5))
+	second := submit(t, w.mgr, 2, lastExecOf(2, 4))
+	mem.ResumeWatches()
+	_, err := outcome(t, first)
+	require.NoError(t, err)
+	_, err = outcome(t, refused)
 	var capErr *state.CapacityError
 	require.ErrorAs(t, err, &capErr, "three flows in flight and two more pass 4")
 	assert.Equal(t, state.LimitMaxTotalFlows, capErr.Limit)
-	second := submit(t, w.mgr, 2, lastExecOf(2, 4))
-	mem.ResumeWatches()
-	for _, p := range []*state.Pending{first, second} {
-		_, err := outcome(t, p)
-		require.NoError(t, err)
-	}
-	_, err = w.mgr.Submit(t.Context(), 3, lastExecOf(3, 5).Flows())
+	_, err = outcome(t, second)
+	require.NoError(t, err)
+	_, err = outcome(t, submit(t, w.mgr, 3, lastExecOf(3, 5)))
 	require.ErrorIs(t, err, state.ErrCapacity, "four flows applied make the limit")
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1)) // frees two flows
 	fmerge(t, w.mgr, 3, lastExecOf(3, 5, 6))

@@ -42,7 +42,7 @@ func newBucket() string { return fmt.Sprintf("follow_%d", followBuckets.Add(1)) 
 // worker is a running Replica on its own connection and store.
 type worker struct {
 	mgr     *state.Replica
-	store   kv.Shared
+	store   state.Store
 	cancel  context.CancelFunc
 	done    chan error
 	stopped bool
@@ -50,15 +50,15 @@ type worker struct {
 
 // eachBackend runs test on each shared store; open returns a new handle
 // on one fresh store.
-func eachBackend(t *testing.T, test func(t *testing.T, open func() kv.Shared)) {
+func eachBackend(t *testing.T, test func(t *testing.T, open func() state.Store)) {
 	t.Run("memory", func(t *testing.T) {
 		mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-		test(t, func() kv.Shared { return mem })
+		test(t, func() state.Store { return mem })
 	})
 	t.Run("jetstream", func(t *testing.T) {
 		srv := startJetStream(t)
 		bucket := newBucket()
-		test(t, func() kv.Shared {
+		test(t, func() state.Store {
 			nc, err := nats.Connect(srv.ClientURL())
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), followWait)
@@ -76,7 +76,7 @@ func eachBackend(t *testing.T, test func(t *testing.T, open func() kv.Shared)) {
 
 // follow runs a Replica of store until it is loaded; Cleanup stops it
 // (before the store is closed: cleanups run last first).
-func follow(tb testing.TB, store kv.Shared, opts state.ReplicaOptions) *worker {
+func follow(tb testing.TB, store state.Store, opts state.ReplicaOptions) *worker {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), followWait)
 	defer cancel()
@@ -108,7 +108,7 @@ func (w *worker) stop(tb testing.TB) {
 
 // wipe purges store, as an operator can: both shared stores of the tests
 // can be wiped.
-func wipe(tb testing.TB, store kv.Shared) {
+func wipe(tb testing.TB, store state.Store) {
 	tb.Helper()
 	w, ok := store.(interface{ Clear(context.Context) error })
 	require.True(tb, ok, "%T cannot be wiped", store)
@@ -159,7 +159,7 @@ func lastExecOf(node uint64, ids ...flowstate.FlowID) flowstate.FlowStateValue {
 }
 
 func TestReplicasShareOneState(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		a := follow(t, open(), state.ReplicaOptions{ID: "a"})
 		b := follow(t, open(), state.ReplicaOptions{ID: "b"})
 
@@ -202,7 +202,7 @@ func TestReplicasShareOneState(t *testing.T) {
 // merge reports of 60 nodes at once; every one ends with the exact
 // aggregate of each node's last acked report, at the same version.
 func TestReplicasMergingConcurrentlyLoseNothing(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		ws := []*worker{
 			follow(t, open(), state.ReplicaOptions{}),
 			follow(t, open(), state.ReplicaOptions{}),
@@ -259,7 +259,7 @@ func TestReplicasMergingConcurrentlyLoseNothing(t *testing.T) {
 // writes the aggregate key, fenced by its lease, and that another takes
 // over at once when it stops, or after the lease expires when it dies.
 func TestReplicasElectOnePublisher(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		opts := state.ReplicaOptions{LeaseTTL: 600 * time.Millisecond}
 		ws := []*worker{follow(t, open(), opts), follow(t, open(), opts), follow(t, open(), opts)}
 		publisher := func(alive []*worker) int {
@@ -311,7 +311,7 @@ func TestReplicasElectOnePublisher(t *testing.T) {
 // under two managers: both serve the new epoch, empty at revision 0, and a
 // report merged after it is in the new epoch.
 func TestReplicasStartOverWhenTheBucketIsCleared(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		a := follow(t, open(), state.ReplicaOptions{})
 		b := follow(t, open(), state.ReplicaOptions{})
 		r := fmerge(t, a.mgr, 1, lastExecOf(1, 1))
@@ -333,7 +333,7 @@ func TestReplicasStartOverWhenTheBucketIsCleared(t *testing.T) {
 // TestReplicaRestartedKeepsStateAndEpoch stops a manager and starts
 // another on the same bucket: same state, same version.
 func TestReplicaRestartedKeepsStateAndEpoch(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		a := follow(t, open(), state.ReplicaOptions{})
 		fmerge(t, a.mgr, 1, lastExecOf(1, 1, 2))
 		r := fmerge(t, a.mgr, 2, lastExecOf(2, 3))
@@ -351,7 +351,7 @@ func TestReplicaRestartedKeepsStateAndEpoch(t *testing.T) {
 // one manager another one's state includes the report without a read
 // barrier: the lag of its watch.
 func TestReplicaVisibilityAcrossManagers(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		a := follow(t, open(), state.ReplicaOptions{})
 		b := follow(t, open(), state.ReplicaOptions{})
 		const samples = 200
@@ -380,7 +380,7 @@ func TestReplicaVisibilityAcrossManagers(t *testing.T) {
 // publisher evicts, by deleting the nodes' keys, and that every manager
 // drops the evicted nodes.
 func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
-	eachBackend(t, func(t *testing.T, open func() kv.Shared) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		ws := []*worker{follow(t, open(), state.ReplicaOptions{}), follow(t, open(), state.ReplicaOptions{})}
 		fmerge(t, ws[0].mgr, 1, lastExecOf(1, 1))
 		fmerge(t, ws[1].mgr, 2, lastExecOf(2, 2))

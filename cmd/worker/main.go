@@ -76,7 +76,7 @@ type Main struct {
 	worker  *consumer.Worker
 	metrics *metricsServer
 
-	workerRef   atomic.Pointer[consumer.Worker] // the worker, for the replica's OnChange
+	workerRef   atomic.Pointer[consumer.Worker] // the worker once started, for ready (another goroutine)
 	replicaStop context.CancelFunc              // ends the replica's Run; nil if none
 	replicaDone chan error                      // receives the replica's Run's result, and keeps it
 
@@ -146,9 +146,6 @@ func (m *Main) Open() error {
 	m.worker = w
 	m.workerRef.Store(w)
 	m.prefix.self.service = w.ServiceID()
-	if m.replica != nil {
-		w.Changed() // a change the replica signalled before the worker existed
-	}
 	if m.Config.MetricsAddr != "" {
 		reg := newRegistry(m.newStatsCollector(w), latency)
 		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, m.ready, m.Config.PProf, m.Log)

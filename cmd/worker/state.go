@@ -57,7 +57,7 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	m.js = js
 	m.storeReady = storeReadiness(snc, js.Available)
 	replica, err := state.NewReplica(js, state.ReplicaOptions{
-		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
+		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), Window: m.Config.KVWindow,
 	})
 	if err != nil {
 		return nil, err
@@ -72,13 +72,6 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err) // Close stops the replica
 	}
 	return replica, nil
-}
-
-// stateChanged is the replica's OnChange: the worker publishes.
-func (m *Main) stateChanged() {
-	if w := m.workerRef.Load(); w != nil {
-		w.Changed()
-	}
 }
 
 // watchReplica is the replica's actor: it fails the group if the replica
@@ -117,5 +110,5 @@ func (m *Main) stopReplica(ctx context.Context) error {
 	}
 }
 
-// The JetStream store takes the replica's writes in flight.
-var _ state.AsyncPutter = (*jetstream.Store)(nil)
+// The JetStream store is what a replica follows.
+var _ state.Store = (*jetstream.Store)(nil)

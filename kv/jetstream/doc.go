@@ -38,7 +38,7 @@
 // older version, and otherwise after a probe write on the bucket's stream
 // leader (another server, in a cluster in the middle of an upgrade).
 //
-// Writes in flight: PutAsync (state.AsyncPutter) publishes a put
+// Writes in flight: PutAsync (the put of a state.Store) publishes a put
 // without waiting, up to Window at once, and answers each with the
 // stream's acknowledgement or an error within OpTimeout. The puts go out
 // on core NATS with a reply subject per slot of the window under one

@@ -177,7 +177,7 @@ func (r *Replica) resetLocked(epoch string, start uint64) {
 	w.agg.Reset()
 	clear(w.nodes)
 	w.delivered, w.nodeWrite = 0, 0
-	r.writes.behind = 0
+	r.writes.behind, r.writes.passed = 0, 0
 }
 
 // writeLocked applies a put or a deletion, and reports whether the served

@@ -42,6 +42,7 @@ type queue struct {
 	ring      []*write
 	first     int // index of the head in ring
 	len       int
+	passed    int      // writes from the head that the watch has gone past, or that failed: ownLocked starts after them
 	free      []*write // answered writes whose store has answered too, for reuse
 	answering bool     // a goroutine is answering: the others leave it their turn
 	answers   []answer // the answering goroutine's batch
@@ -90,6 +91,7 @@ func (q *queue) pop() {
 	q.ring[q.first] = nil
 	q.first = (q.first + 1) % len(q.ring)
 	q.len--
+	q.passed = max(q.passed-1, 0)
 	e.done = true
 	q.flowsInFlight -= e.counted
 	if e.isNew {
@@ -178,17 +180,22 @@ func (q *queue) nodeApplied(id uint64) {
 // ownLocked appends to dst the flows of this worker's write of node id in
 // epoch stored at seq, if the store's answer to it has come: the watch
 // delivers it without a decode. Writes queue in the order the store takes
-// them, so the search stops at the first later one.
+// them and the watch delivers writes in that order, so the search starts
+// after the writes the watch has gone past and stops at the first later
+// one.
 func (q *queue) ownLocked(epoch string, id, seq uint64, dst []flowstate.Flow) ([]flowstate.Flow, bool) {
-	for i := range q.len {
+	for i := q.passed; i < q.len; i++ {
 		e := q.ring[(q.first+i)%len(q.ring)]
-		if e.epoch != epoch || e.seq == 0 {
+		past := e.err != nil || (e.seq != 0 && e.seq <= seq)
+		if past && i == q.passed {
+			q.passed++
+		}
+		switch {
+		case e.err != nil || e.seq == 0 || e.epoch != epoch:
 			continue // refused, not stored (yet), or another epoch's
-		}
-		if e.seq > seq {
-			break
-		}
-		if e.seq == seq && e.node == id {
+		case e.seq > seq:
+			return dst, false
+		case e.seq == seq && e.node == id:
 			return append(dst, e.flows...), true
 		}
 	}

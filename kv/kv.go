@@ -10,6 +10,10 @@ import (
 // ErrNotFound is returned by Get when the key does not exist.
 var ErrNotFound = errors.New("kv: key not found")
 
+// ErrTooLarge is wrapped by the error of a write whose value is larger than
+// the store takes (a NATS server's max payload): nothing was written.
+var ErrTooLarge = errors.New("kv: value larger than the store takes")
+
 // Entry is one key with its value and the sequence number of its last write.
 type Entry struct {
 	Key      string

@@ -18,6 +18,9 @@ var errDown = errors.New("made unavailable by SetUnavailable")
 type SharedMemoryOptions struct {
 	// Now is the store's clock, which stamps Event.Time; time.Now if nil.
 	Now func() time.Time
+	// MaxValue, if positive, is the largest value the store takes, as a
+	// NATS server's max payload: a larger write fails with ErrTooLarge.
+	MaxValue int
 }
 
 // SharedMemory is a Shared store held in process memory: what a NATS
@@ -37,7 +40,8 @@ type SharedMemoryOptions struct {
 // LoseAcks stores writes but answers them with ErrUnavailable, and
 // StallWatches holds every watch back until ResumeWatches.
 type SharedMemory struct {
-	now func() time.Time
+	now      func() time.Time
+	maxValue int
 
 	mu      sync.Mutex              // guards every field below
 	entries map[string]*sharedEntry // each key's last write, deletions included
@@ -72,10 +76,11 @@ func NewSharedMemory(opts SharedMemoryOptions) *SharedMemory {
 		opts.Now = time.Now
 	}
 	return &SharedMemory{
-		now:     opts.Now,
-		entries: make(map[string]*sharedEntry),
-		epoch:   NewEpoch(),
-		changed: make(chan struct{}),
+		now:      opts.Now,
+		maxValue: opts.MaxValue,
+		entries:  make(map[string]*sharedEntry),
+		epoch:    NewEpoch(),
+		changed:  make(chan struct{}),
 	}
 }
 
@@ -184,6 +189,9 @@ func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condi
 	defer s.mu.Unlock()
 	if err := s.availableLocked(what); err != nil {
 		return Revision{}, err
+	}
+	if s.maxValue > 0 && len(value) > s.maxValue {
+		return Revision{}, fmt.Errorf("%w: %s: %d bytes, past %d", ErrTooLarge, what, len(value), s.maxValue)
 	}
 	if cond != nil {
 		var last uint64

@@ -30,6 +30,9 @@
 // So a worker answers quickly while JetStream is down, and recovers by
 // itself.
 //
+// A write whose value, with its headers, passes the connection's max
+// payload fails with an error wrapping kv.ErrTooLarge; nothing is sent.
+//
 // Server version: conditional writes fenced on another key use the header
 // Nats-Expected-Last-Subject-Sequence-Subject, which stream leaders enforce
 // from nats-server 2.11 (RequiredServerVersion); an older leader ignores

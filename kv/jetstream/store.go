@@ -287,6 +287,10 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 		if isWrongLastSequence(err) {
 			return kv.Revision{}, fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err)
 		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return kv.Revision{}, fmt.Errorf("%w: %s: %d bytes, past the connection's max payload of %d: %v",
+				kv.ErrTooLarge, what, len(value), s.nc.MaxPayload(), err)
+		}
 		err = s.wrap(what, err)
 		if errors.Is(err, kv.ErrUnavailable) {
 			s.markDown(err)

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/throttle"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
 )
@@ -76,6 +76,8 @@ type Replica struct {
 	submitMu sync.Mutex // serialises Submit and Refuse: reports queue in the order the store takes them; guards enc
 	enc      []byte     // the value of the write being sent
 
+	refuseLog *throttle.Throttle // rate-limits the log lines of refused values
+
 	mu     sync.Mutex // guards every field below
 	phase  phase
 	watch  watched // what the watch applied; written by onEvent only
@@ -92,15 +94,10 @@ type watched struct {
 	epochStart uint64              // the epoch key's write: node writes below it are the last epoch's (kv.OpReset)
 	delivered  uint64              // the last write delivered, of any key
 	nodeWrite  uint64              // the last node-key write applied
-	agg        *Aggregate          // every node's last value
+	agg        *Aggregate          // every node's last value, by the rule
 	nodes      map[uint64]nodeSeen // per node of agg
+	refused    refusals            // what the rule refused, since Run began
 	flows      []flowstate.Flow    // scratch: the value being applied
-}
-
-// nodeSeen is what a Replica keeps of a node beside its report.
-type nodeSeen struct {
-	at       time.Time // when the store took its last write
-	revision uint64    // the sequence number of its last write
 }
 
 // served is the state that reads see: the watch's while following, the last
@@ -111,12 +108,6 @@ type served struct {
 	written  uint64           // the served revision last written to the aggregate key by this worker; 0: none
 	changed  bool             // the watch changed the aggregate since it was last served
 	frozen   []flowstate.Flow // the last exact state, served while frozen
-}
-
-// deltas is what Delta handed out in the epoch.
-type deltas struct {
-	base   uint64 // the revision of the last Delta
-	resync bool   // the next Delta makes clients resync
 }
 
 // onEvent is the watch's callback: one event, in the store's order.
@@ -201,35 +192,34 @@ func (r *Replica) writeLocked(ev kv.Event) bool {
 	return false
 }
 
-// applyNodeLocked applies a write of a node's key. The value of a write of
-// this worker whose acknowledgement has come is its report, kept since
-// Submit; any other value is decoded.
+// applyNodeLocked applies a write of a node's key by the rule that depends
+// on the value alone, the same in every worker, whether it follows the
+// store live or loads it, for its own writes and the others'
+// (PROTOCOL.md, "What a worker applies from a shared store"): a
+// FlowStateValue by serde_json's rules that names at most MaxReportFlows
+// flows is the node's report; anything else is no value, and the node is
+// absent as if its key were deleted. A key whose node token is not
+// canonical is ignored.
 func (r *Replica) applyNodeLocked(ev kv.Event) {
 	w := &r.watch
 	id, ok := flowstate.NodeOfKey(ev.Key)
 	if !ok {
-		r.log.Warn("ignoring a key under the node prefix that no worker writes", slog.String("key", ev.Key))
+		r.refuseLocked(RefusedKey, ev, nil)
 		return
 	}
-	if ev.Op == kv.OpDelete {
-		w.nodeWrite = ev.Revision.Seq
+	w.nodeWrite = ev.Revision.Seq
+	var flows []flowstate.Flow
+	ok = ev.Op == kv.OpPut
+	if ok {
+		flows, ok = r.valueLocked(id, ev)
+	}
+	if !ok {
 		if w.agg.Remove(id) {
 			r.served.changed = true
 		}
 		delete(w.nodes, id)
 		return
 	}
-	flows, own := r.writes.ownLocked(w.epoch, id, ev.Revision.Seq, w.flows[:0])
-	if !own {
-		var err error
-		if flows, err = flowstate.AppendValueFlows(w.flows[:0], ev.Value); err != nil {
-			r.log.Error("ignoring a node report that does not decode", slog.Uint64("node_id", id),
-				slog.Uint64("revision", ev.Revision.Seq), slog.Any("err", err))
-			return
-		}
-	}
-	w.flows = flows
-	w.nodeWrite = ev.Revision.Seq
 	if w.agg.Apply(id, flows) {
 		r.served.changed = true
 	}
@@ -239,6 +229,32 @@ func (r *Replica) applyNodeLocked(ev kv.Event) {
 		at = r.opts.Now()
 	}
 	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq}
+}
+
+// valueLocked reads node id's value by the rule: its flows, or false for
+// no value. A write of this worker whose store's answer has come is read
+// from the report kept since Submit (the flows its bytes decode to); any
+// other is decoded.
+func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, bool) {
+	w := &r.watch
+	own := r.writes.ownLocked(w.epoch, id, ev.Revision.Seq)
+	var err error
+	if own != nil {
+		w.flows = append(w.flows[:0], own.flows...)
+	} else if w.flows, err = flowstate.AppendValueFlows(w.flows[:0], ev.Value); err != nil {
+		r.refuseLocked(RefusedInvalid, ev, err)
+		return nil, false
+	}
+	if limit := r.opts.MaxReportFlows; limit > 0 && len(w.flows) > limit {
+		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, len(w.flows), limit)
+		if own != nil {
+			own.err = err // the others do not hold it: no ack
+		}
+		r.refuseLocked(RefusedTooManyFlows, ev, err)
+		w.flows = nil // a value this large is rare: its memory is not kept
+		return nil, false
+	}
+	return w.flows, true
 }
 
 // freezeLocked keeps the state served while the watch delivers writes that
@@ -325,24 +341,6 @@ func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
 	r.writes.push(r, c).fail(err)
 	r.completeLocked()
 	return nil
-}
-
-// admitLocked checks a report before its write: the Replica serves, its
-// watch is not late, and the state stays within its limits.
-func (r *Replica) admitLocked(nodeID uint64, flows []flowstate.Flow) error {
-	if err := checkSorted(flows); err != nil {
-		return err
-	}
-	if err := r.checkLocked(); err != nil {
-		return err
-	}
-	if b := r.writes.behind; b > r.watch.delivered {
-		return fmt.Errorf("state: the store's watch has not reached revision %d yet: %w", b, kv.ErrUnavailable)
-	}
-	if err := r.watch.agg.Check(nodeID, flows, r.writes.limitsLocked(r.opts.Limits)); err != nil {
-		return err
-	}
-	return r.writes.checkNewNodeLocked(nodeID, r.opts.Limits.MaxNodes, r.watch.agg)
 }
 
 // onStored is the store's answer to the write of e.

@@ -125,20 +125,27 @@ func TestReplicaRereadKeepsServing(t *testing.T) {
 	assert.Equal(t, flowstate.Version{Epoch: "e2"}, s.Version)
 }
 
-// TestReplicaIgnoresWhatNoWorkerWrites checks that a node key in another
-// form than NodeKey's, or a value that does not decode, changes nothing.
-func TestReplicaIgnoresWhatNoWorkerWrites(t *testing.T) {
+// TestReplicaAppliesWhatNoWorkerWritesByTheRule checks that a node key in
+// another form than NodeKey's is ignored, and that a value that does not
+// decode is no value: the node it names is absent, at the write's revision.
+func TestReplicaAppliesWhatNoWorkerWritesByTheRule(t *testing.T) {
 	f := newTestReplica(t)
 	f.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
 	f.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
 	f.onEvent(put(1, 1, true, 10))
-	bad := put(7, 2, true, 70)
-	bad.Key = flowstate.NodeKeyPrefix + "007"
-	f.onEvent(bad)
-	f.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 3}, Exact: true})
+	f.onEvent(put(8, 2, true, 80))
+	odd := put(7, 3, true, 70)
+	odd.Key = flowstate.NodeKeyPrefix + "007"
+	f.onEvent(odd)
 	got, rev := servedNow(t, f)
-	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got)
-	assert.Equal(t, uint64(1), rev)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10, 8: 80}, got, "an odd key changes nothing")
+	assert.Equal(t, uint64(2), rev, "nor the revision")
+
+	f.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(8), Value: []byte("not json"), Revision: kv.Revision{Epoch: "e1", Seq: 4}, Exact: true})
+	got, rev = servedNow(t, f)
+	assert.Equal(t, map[flowstate.FlowID]int64{1: 10}, got, "node 8 is absent, as if its key were deleted")
+	assert.Equal(t, uint64(4), rev)
+	assert.Equal(t, map[string]uint64{RefusedKey: 1, RefusedInvalid: 1}, f.StoreRefusals())
 }
 
 // TestReplicaDeltaWhileCatchingUp: while the served state is held, a delta
@@ -184,4 +191,45 @@ func TestReplicaLeavesOutWritesBeforeTheEpochBegan(t *testing.T) {
 	got, rev = servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{1: 30, 2: 20}, got, "the node's writes in this epoch count")
 	assert.Equal(t, uint64(7), rev)
+}
+
+// answerOf is a Completion that keeps its answer.
+type answerOf struct {
+	res  MergeResult
+	err  error
+	done bool
+}
+
+func (a *answerOf) Complete(res MergeResult, err error) { a.res, a.err, a.done = res, err, true }
+
+// TestReplicaAppliesItsOwnWritesByTheRule: a write of this worker that the
+// rule refuses (more flows than --max-flows: Submit refuses such a report,
+// so only a worker with a higher limit writes one) is answered by what the
+// watch found, never acked: the other workers do not hold it.
+func TestReplicaAppliesItsOwnWritesByTheRule(t *testing.T) {
+	r, err := NewReplica(nil, ReplicaOptions{MaxReportFlows: 2})
+	require.NoError(t, err)
+	r.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	r.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+	v := threeFlows()
+	a := &answerOf{}
+	r.window <- struct{}{}
+	r.mu.Lock()
+	e := r.writes.push(r, a)
+	e.node, e.epoch = 1, "e1"
+	r.writes.keepLocked(e, v.Flows(), false, r.watch.agg)
+	e.acked, e.seq, e.deadline = true, 1, r.clock+applyTicks
+	r.mu.Unlock()
+	r.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(1), Value: flowstate.AppendJSON(nil, v.Flows()),
+		Revision: kv.Revision{Epoch: "e1", Seq: 1}, Exact: true})
+	require.True(t, a.done, "answered once the watch applied it")
+	assert.ErrorIs(t, a.err, ErrTooManyFlows)
+	got, rev := servedNow(t, r)
+	assert.Empty(t, got, "no value: the node is absent")
+	assert.Equal(t, uint64(1), rev)
+}
+
+// threeFlows is a value of three flows.
+func threeFlows() flowstate.FlowStateValue {
+	return flowstate.FlowStateValue{LastExecTimeMap: map[flowstate.FlowID]int64{1: 1, 2: 2, 3: 3}}
 }

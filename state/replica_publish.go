@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
@@ -16,11 +17,25 @@ import (
 // nodes, for every worker. One worker at a time holds the lease.
 
 // publishing is the publisher's scratch for the aggregate key's writes,
-// guarded by Replica.pubMu.
+// guarded by Replica.pubMu, and what its gauges read.
 type publishing struct {
 	flows        []flowstate.Flow
 	json         []byte
 	fenceRefused bool // the store refused a fenced write while the lease was held; logged once
+
+	// dropped: the aggregate's JSON did not fit one value of the store, and
+	// the key was deleted rather than left stale. Read by AggregateKey.
+	dropped   atomic.Bool
+	jsonBytes atomic.Int64 // the size of the aggregate's JSON at the last write
+}
+
+// AggregateKey reports, on the publisher, whether the aggregate key holds
+// the aggregate (current false: it was deleted because the aggregate's
+// JSON did not fit one value of the store), and the size of that JSON at
+// the last write; publisher is false on the other workers, which write
+// nothing.
+func (r *Replica) AggregateKey() (current bool, jsonBytes int64, publisher bool) {
+	return !r.pub.dropped.Load(), r.pub.jsonBytes.Load(), r.Publisher()
 }
 
 // Publisher reports whether this worker is the publisher now: it holds a
@@ -61,7 +76,15 @@ func (r *Replica) Flush(ctx context.Context) error {
 		p.flows = r.appendServedLocked(p.flows[:0])
 		r.mu.Unlock()
 		p.json = flowstate.AppendJSON(p.json[:0], p.flows)
-		_, err := r.store.PutIf(ctx, flowstate.StateKey, p.json, kv.Condition{Key: PublisherKey, Revision: fence})
+		p.jsonBytes.Store(int64(len(p.json)))
+		cond := kv.Condition{Key: PublisherKey, Revision: fence}
+		_, err := r.store.PutIf(ctx, flowstate.StateKey, p.json, cond)
+		if errors.Is(err, kv.ErrTooLarge) {
+			err = r.dropAggregateKey(ctx, cond, err)
+		} else if err == nil && p.dropped.Swap(false) {
+			r.log.Info("the aggregate fits one value of the store again: its key is written again",
+				slog.String("key", flowstate.StateKey), slog.Int("json_bytes", len(p.json)))
+		}
 		if errors.Is(err, kv.ErrRevisionMismatch) && r.stillHeld(ctx, fence) {
 			// Refused, though the lease is still this worker's: the store
 			// does not honour the fence (a server too old for it). Not a
@@ -88,6 +111,24 @@ func (r *Replica) Flush(ctx context.Context) error {
 		return ErrNotPublisher
 	}
 	return err
+}
+
+// dropAggregateKey deletes the aggregate key, fenced as its writes are,
+// when the aggregate's JSON does not fit one value of the store (tooLarge
+// says why): the key holds the aggregate or nothing, never an older value.
+// It is deleted once, and written again as soon as the aggregate fits.
+func (r *Replica) dropAggregateKey(ctx context.Context, cond kv.Condition, tooLarge error) error {
+	p := &r.pub
+	if p.dropped.Load() {
+		return nil
+	}
+	if _, err := r.store.DeleteIf(ctx, flowstate.StateKey, cond); err != nil {
+		return fmt.Errorf("state: delete the aggregate key, whose value does not fit: %w", err)
+	}
+	p.dropped.Store(true)
+	r.log.Warn("the aggregate's JSON does not fit one value of the store: its key is deleted until it fits; raise the NATS server's max_payload to keep it written",
+		slog.String("key", flowstate.StateKey), slog.Int("json_bytes", len(p.json)), slog.Any("err", tooLarge))
+	return nil
 }
 
 // stillHeld reports whether the lease key's last write is still fence,

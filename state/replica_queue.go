@@ -1,6 +1,8 @@
 package state
 
 import (
+	"fmt"
+
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 )
@@ -137,6 +139,29 @@ func (q *queue) keepLocked(e *write, flows []flowstate.Flow, countFlows bool, ag
 	}
 }
 
+// admitLocked checks a report before its write: the Replica serves, its
+// watch is not late, and the state stays within its limits.
+func (r *Replica) admitLocked(nodeID uint64, flows []flowstate.Flow) error {
+	if err := checkSorted(flows); err != nil {
+		return err
+	}
+	if limit := r.opts.MaxReportFlows; limit > 0 {
+		if n := countFields(flows); n > limit {
+			return fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, n, limit)
+		}
+	}
+	if err := r.checkLocked(); err != nil {
+		return err
+	}
+	if b := r.writes.behind; b > r.watch.delivered {
+		return fmt.Errorf("state: the store's watch has not reached revision %d yet: %w", b, kv.ErrUnavailable)
+	}
+	if err := r.watch.agg.Check(nodeID, flows, r.writes.limitsLocked(r.opts.Limits)); err != nil {
+		return err
+	}
+	return r.writes.checkNewNodeLocked(nodeID, r.opts.Limits.MaxNodes, r.watch.agg)
+}
+
 // limitsLocked returns lim less what the writes in flight may add: every
 // flow of such a write counts against MaxFlows until it is answered, so
 // that a window of reports, each within the limit by what the watch
@@ -177,13 +202,12 @@ func (q *queue) nodeApplied(id uint64) {
 	}
 }
 
-// ownLocked appends to dst the flows of this worker's write of node id in
-// epoch stored at seq, if the store's answer to it has come: the watch
-// delivers it without a decode. Writes queue in the order the store takes
-// them and the watch delivers writes in that order, so the search starts
-// after the writes the watch has gone past and stops at the first later
-// one.
-func (q *queue) ownLocked(epoch string, id, seq uint64, dst []flowstate.Flow) ([]flowstate.Flow, bool) {
+// ownLocked returns this worker's write of node id in epoch stored at seq,
+// if the store's answer to it has come, or nil: the watch applies its
+// report without a decode. Writes queue in the order the store takes them
+// and the watch delivers writes in that order, so the search starts after
+// the writes the watch has gone past and stops at the first later one.
+func (q *queue) ownLocked(epoch string, id, seq uint64) *write {
 	for i := q.passed; i < q.len; i++ {
 		e := q.ring[(q.first+i)%len(q.ring)]
 		past := e.err != nil || (e.seq != 0 && e.seq <= seq)
@@ -194,12 +218,12 @@ func (q *queue) ownLocked(epoch string, id, seq uint64, dst []flowstate.Flow) ([
 		case e.err != nil || e.seq == 0 || e.epoch != epoch:
 			continue // refused, not stored (yet), or another epoch's
 		case e.seq > seq:
-			return dst, false
+			return nil
 		case e.seq == seq && e.node == id:
-			return append(dst, e.flows...), true
+			return e
 		}
 	}
-	return dst, false
+	return nil
 }
 
 // failAllLocked answers every write in the queue with err, at once.
@@ -248,4 +272,16 @@ func (r *Replica) completeLocked() {
 		}
 		r.mu.Lock()
 	}
+}
+
+// countFields counts the flows with a field present: those a report's value
+// names.
+func countFields(flows []flowstate.Flow) int {
+	n := 0
+	for _, f := range flows {
+		if f.Has != 0 {
+			n++
+		}
+	}
+	return n
 }

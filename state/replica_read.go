@@ -13,6 +13,18 @@ import (
 // and its read barrier. The served state is what the watch applied: reads
 // do no store I/O.
 
+// nodeSeen is what a Replica keeps of a node beside its report.
+type nodeSeen struct {
+	at       time.Time // when the store took its last write
+	revision uint64    // the sequence number of its last write
+}
+
+// deltas is what Delta handed out in the epoch.
+type deltas struct {
+	base   uint64 // the revision of the last Delta
+	resync bool   // the next Delta makes clients resync
+}
+
 // checkLocked is what reads and reports check first: the Replica serves.
 func (r *Replica) checkLocked() error {
 	switch r.phase {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/throttle"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
 )
@@ -74,6 +75,10 @@ type ReplicaOptions struct {
 	// Window is how many reports may wait for their answers (Submit);
 	// DefaultWindow if 0. The store must take as many puts in flight.
 	Window int
+	// MaxReportFlows is the most flows a node's value may name
+	// (--max-flows): a report naming more is refused before its write, and
+	// such a value in the store is no value. 0: no limit.
+	MaxReportFlows int
 }
 
 func (o ReplicaOptions) withDefaults() ReplicaOptions {
@@ -123,9 +128,11 @@ func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 		kick:    make(chan struct{}, 1),
 		changes: make(chan struct{}, 1),
 		window:  make(chan struct{}, opts.Window),
-		watch:   watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen)},
-		writes:  newQueue(opts.Window),
-		wait:    waiters{advanced: make(chan struct{})},
+		watch:   watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), refused: make(refusals)},
+		// At most 10 lines a second: a store full of junk is one outsider's write away.
+		refuseLog: throttle.New(10, time.Second),
+		writes:    newQueue(opts.Window),
+		wait:      waiters{advanced: make(chan struct{})},
 	}, nil
 }
 

@@ -47,6 +47,10 @@ func judge(err error) verdict {
 		return verdict{code: protocol.CodeBadRequest, kind: bad.kind, reason: bad.Error()}
 	case errors.As(err, &dec):
 		return verdict{code: protocol.CodeBadRequest, kind: string(dec.Kind), reason: dec.Error()}
+	case errors.Is(err, state.ErrTooManyFlows):
+		// A shared state's own check of --max-flows (the decoder's comes
+		// first): the report is refused whole, as the decoder refuses it.
+		return verdict{code: protocol.CodeBadRequest, kind: "too_many_flows", reason: err.Error()}
 	case errors.Is(err, state.ErrCapacity):
 		// The report would take the state past --max-nodes or
 		// --max-total-flows: nothing changed; the reason names the limit.

@@ -124,6 +124,7 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 	}
 	if !c.hasMsgpack {
 		if n := codec.AggregateLen(c.flows); int64(n) > w.nc.MaxPayload() {
+			w.stats.aggregateBytes.Store(int64(n)) // the size now, even though it does not fit
 			return &tooLargeError{size: n, max: w.nc.MaxPayload()}
 		}
 		c.msgpack = codec.AppendAggregate(c.msgpack[:0], c.flows)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/flowstate-io/flowstate/consumer"
@@ -56,8 +57,10 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	}
 	m.js = js
 	m.storeReady = storeReadiness(snc, js.Available)
+	m.warnAggregateSize(snc.MaxPayload())
 	replica, err := state.NewReplica(js, state.ReplicaOptions{
 		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), Window: m.Config.KVWindow,
+		MaxReportFlows: m.Config.MaxFlows,
 	})
 	if err != nil {
 		return nil, err
@@ -72,6 +75,25 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err) // Close stops the replica
 	}
 	return replica, nil
+}
+
+// jsonBytesPerFlow is about what one flow with its three fields takes in
+// the aggregate's JSON (flowstate.AppendJSON): its id three times, a state
+// size and two unix-millisecond times.
+const jsonBytesPerFlow = 80
+
+// warnAggregateSize warns when --max-total-flows lets the aggregate's JSON,
+// the value of __flow/state, outgrow the server's max payload: the
+// publisher then deletes the key until the aggregate fits again.
+func (m *Main) warnAggregateSize(maxPayload int64) {
+	fits := maxPayload / jsonBytesPerFlow
+	limit := int64(m.Config.MaxTotalFlows)
+	if limit > 0 && limit <= fits {
+		return
+	}
+	m.Log.Warn("the aggregate's JSON can outgrow one NATS message: past about this many flows __flow/state is deleted until it fits again; "+
+		"raise max_payload in the nats-server configuration (up to 64 MB), or lower --max-total-flows",
+		slog.Int64("flows", fits), slog.Int64("max_payload", maxPayload), slog.Int64("max_total_flows", limit))
 }
 
 // watchReplica is the replica's actor: it fails the group if the replica

@@ -12,9 +12,8 @@ import (
 // the nodes that report it. It is the data structure that Manager and Replica
 // share: no lock, no store, no clock. Its cost per report grows with the
 // report and the one it replaces, and at most logarithmically with the
-// number of nodes that share a flow. It is not safe for concurrent use.
-//
-// It records which flows' entries changed, for deltas (TakeChanges).
+// number of nodes that share a flow. It is not safe for concurrent use. It
+// records which flows' entries changed, for deltas (TakeChanges).
 type Aggregate struct {
 	nodes map[uint64]*aggNode
 	flows map[flowstate.FlowID]*aggFlow
@@ -101,16 +100,14 @@ func (a *Aggregate) Len() (nodes, flows int) { return len(a.nodes), len(a.flows)
 // NodeFlows returns the number of flows in a node's last report, and whether
 // the aggregate holds the node.
 func (a *Aggregate) NodeFlows(nodeID uint64) (int, bool) {
-	n, ok := a.nodes[nodeID]
-	if !ok {
-		return 0, false
+	if n, ok := a.nodes[nodeID]; ok {
+		return len(n.flows), true
 	}
-	return len(n.flows), true
+	return 0, false
 }
 
 // Nodes iterates over the nodes, in no order, with the flows of each one's
-// last report, sorted by ID; they are the aggregate's, valid until it
-// changes. The aggregate must not change during the iteration.
+// last report, sorted by ID: the aggregate's own, which must not change meanwhile.
 func (a *Aggregate) Nodes() iter.Seq2[uint64, []flowstate.Flow] {
 	return func(yield func(uint64, []flowstate.Flow) bool) {
 		for id, n := range a.nodes {

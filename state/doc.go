@@ -83,6 +83,18 @@
 // bucket ever had, so the last exact state stays served, at its revision,
 // until the watch has caught up (kv.Event.Exact).
 //
+// Whoever wrote a node's value (a worker, an operator, a bug), the watch
+// applies it by one rule that depends on the value alone, the same live
+// and loading (PROTOCOL.md, "What a worker applies from a shared store"): a
+// FlowStateValue by serde_json's rules naming at most MaxReportFlows flows
+// is the node's report, anything else is no value (the node is absent, as
+// if its key were deleted), and a key that is not NodeKey of a node is
+// ignored; StoreRefusals counts them. The limits are the writer's: a state
+// past them, written from outside, is served as it is, and a report that
+// would grow it further is refused. The aggregate key holds the served
+// aggregate or nothing: while its JSON does not fit one value of the store,
+// the publisher deletes it.
+//
 // Writes are pipelined (Submit). A report is checked (sorted flows;
 // capacity by the state the watch made and this worker's writes in flight)
 // and its node-key write sent without waiting for the store; its

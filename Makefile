@@ -76,7 +76,7 @@ LOADTEST_ARGS ?=
 bench: build nats-server
 	cd $(RUST) && $(RUSTENV) FLOWSTATE_RUST_BIG_GET=1000000 $(CARGO) test --locked --release --test live a_get_of_many_flows -- --nocapture >$(CURDIR)/$(BIN)/rustbench.txt 2>&1; \
 		status=$$?; grep -E '^(test |FIGURES)' $(BIN)/rustbench.txt; exit $$status
-	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./consumer/ ./internal/latency/ | tee $(BIN)/gobench.txt
+	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./state/ ./consumer/ ./internal/latency/ | tee $(BIN)/gobench.txt
 	$(GO) run ./e2e/loadtest --go-bench $(BIN)/gobench.txt $(LOADTEST_ARGS)
 
 # The attacks of issue 11 at full size (FLOWSTATE_ATTACK=1): a million

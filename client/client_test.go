@@ -36,7 +36,7 @@ func TestGetBeforeAnyReportReturnsRevisionZeroAndEmptyValue(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, s.Epoch)
 	assert.Zero(t, s.Revision)
-	assert.True(t, s.Value.IsEmpty())
+	assert.Empty(t, s.Value.Flows())
 	assert.NotNil(t, s.Value.StateSize)
 	assert.False(t, s.EpochChanged)
 }

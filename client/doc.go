@@ -9,7 +9,8 @@
 //   - A frontend reads the aggregate: Client.Get takes a snapshot of any
 //     size (a chunked get of protocol v2, joined and decoded into a
 //     flowstate.FlowStateValue, with its version), Client.GetJSON the exact
-//     serde_json bytes GreptimeDB would store, and Client.Watch follows the
+//     serde_json bytes GreptimeDB would store, rendered from that snapshot
+//     for a state of any size, and Client.Watch follows the
 //     live state: it subscribes to the updates first (the deltas on
 //     <prefix>.state.delta of a v2 worker, the full updates on <prefix>.state
 //     of an older one), then takes a snapshot, and yields states in revision

@@ -155,8 +155,8 @@ func ExampleClient_Watch() {
 	// Output:
 	// revision 0: 0 flows, changed [] (new epoch: false)
 	// revision 1: 1 flows, changed [1] (new epoch: false)
-	// revision 3: 2 flows, changed [2] (new epoch: false)
-	// revision 5: 3 flows, changed [3] (new epoch: false)
+	// revision 2: 2 flows, changed [2] (new epoch: false)
+	// revision 3: 3 flows, changed [3] (new epoch: false)
 }
 
 // A frontend follows the aggregate through deltas (protocol v2, what Watch

@@ -70,9 +70,21 @@ func (c *Client) GetSingle(ctx context.Context) (State, error) {
 }
 
 // GetJSON returns the worker's current aggregate as the exact bytes that
-// GreptimeDB's serde_json writes for FlowStateValue, with its version. Its
-// errors are Get's.
+// GreptimeDB's serde_json writes for FlowStateValue, with its version, for
+// a state of any size: it reads the chunked snapshot (Get) and renders its
+// JSON (flowstate.AppendJSON). Its errors are Get's.
 func (c *Client) GetJSON(ctx context.Context) ([]byte, flowstate.Version, error) {
+	s, err := c.Get(ctx)
+	if err != nil {
+		return nil, flowstate.Version{}, err
+	}
+	return flowstate.AppendJSON(nil, s.Value.Flows()), s.Version, nil
+}
+
+// GetJSONSingle is GetJSON in one message of the worker, which renders the
+// JSON itself (Accept: application/json): a worker answers 413 when it
+// exceeds the connection's max payload. GetJSON reads any size.
+func (c *Client) GetJSONSingle(ctx context.Context) ([]byte, flowstate.Version, error) {
 	msg := nats.NewMsg(c.getSubject)
 	msg.Header.Set(protocol.HeaderAccept, protocol.ContentTypeJSON)
 	reply, err := c.request(ctx, msg)

@@ -14,7 +14,7 @@ import (
 	"github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // waitTimeout bounds every wait of the tests.
@@ -41,7 +41,7 @@ func runWorker(url string, cfg consumer.Config) (stop func() error, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := consumer.New(nc, flowstate.NewManager(kv.NewMemory(), flowstate.Options{}), cfg)
+	w, err := consumer.New(nc, state.NewManager(state.Options{}), cfg)
 	if err == nil {
 		err = w.Start()
 	}

@@ -58,6 +58,15 @@ func TestGetReadsAStateLargerThanTheMaxPayload(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, v, s.Version)
 	assert.True(t, want.Equal(s.Value))
+
+	_, _, err = c.GetJSONSingle(testCtx(t))
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, 413, se.Code, "the single-message JSON does not fit")
+	body, jv, err := c.GetJSON(testCtx(t))
+	require.NoError(t, err)
+	assert.Equal(t, v, jv)
+	assert.Equal(t, string(flowstate.AppendJSON(nil, want.Flows())), string(body), "the seed's bytes, of any size")
+	assert.Greater(t, len(body), 4096)
 }
 
 func TestWatchReportsTheChangedFlows(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync/atomic"
 
-	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // A deliberately broken worker for e2e/chaos, which proves that its
@@ -19,7 +19,7 @@ var (
 	chaosAcks atomic.Uint64
 )
 
-func chaosAck(r flowstate.MergeResult) flowstate.MergeResult {
+func chaosAck(r state.MergeResult) state.MergeResult {
 	if chaosBug && r.Revision > 1 && chaosAcks.Add(1)%4 == 0 {
 		r.Revision--
 	}

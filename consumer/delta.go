@@ -12,12 +12,6 @@ import (
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
-// deltaSource is what publishing deltas needs of the state driver: the
-// flows that changed since its previous call (flowstate.Delta).
-type deltaSource interface {
-	Delta(ctx context.Context, dst []flowstate.Flow) (flowstate.Delta, error)
-}
-
 // v2State is the worker's state for <prefix>.state.delta. Its fields are
 // guarded by Worker.pubMu, as publishState runs under it.
 type v2State struct {
@@ -35,12 +29,8 @@ type v2State struct {
 // connection's max payload, headers included, goes out as a resync: no
 // flows and Flow-State-Resync: 1. The caller holds pubMu.
 func (w *Worker) publishDeltaLocked(ctx context.Context) {
-	src, ok := any(w.mgr).(deltaSource)
-	if !ok {
-		return
-	}
 	subject := protocol.SubjectsOf(w.cfg.Prefix).Delta
-	d, err := src.Delta(ctx, w.v2.flows)
+	d, err := w.mgr.Delta(ctx, w.v2.flows)
 	if err != nil {
 		w.logThrottled(slog.LevelError, "delta not published", slog.String("subject", subject), slog.Any("err", err))
 		return

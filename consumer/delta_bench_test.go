@@ -6,7 +6,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // BenchmarkDeltaBytes compares the bodies of one update interval as the
@@ -17,7 +17,7 @@ import (
 func BenchmarkDeltaBytes(b *testing.B) {
 	ctx := context.Background()
 	const nodes, flows, perInterval = 1000, 10, 10
-	mgr := flowstate.NewManager(kv.NewMemory(), flowstate.Options{DeferAggregateWrite: true})
+	mgr := state.NewManager(state.Options{})
 	reportOf := func(node uint64, round int) []flowstate.Flow {
 		fl := make([]flowstate.Flow, flows)
 		for i := range fl {
@@ -31,19 +31,13 @@ func BenchmarkDeltaBytes(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	// The state driver's Delta, as the worker finds it (delta.go).
-	src, ok := any(mgr).(interface {
-		Delta(ctx context.Context, dst []flowstate.Flow) (flowstate.Delta, error)
-	})
-	if !ok {
-		b.Skip("the manager has no Delta")
-	}
+	src := mgr
 	if _, err := src.Delta(ctx, nil); err != nil { // the first may be a resync
 		b.Fatal(err)
 	}
 	var (
 		dflows        []flowstate.Flow
-		snap          flowstate.Snapshot
+		snap          state.Snapshot
 		full, delta   []byte
 		fullN, deltaN int
 		round, node   int

@@ -1,20 +1,25 @@
 // Package consumer is the worker's NATS edge: it applies the heartbeat
 // reports that flownodes send, publishes the aggregate to frontends and
 // answers their gets and node-view requests, as PROTOCOL.md describes. It
-// knows NATS and the flowstate domain types; the state itself is behind the
-// small State interface declared here (a flowstate.Manager, or a replica of
-// a store shared by several workers), and cmd/worker wires the two.
+// knows NATS and the domain types (packages flowstate and state); the state
+// itself is behind small interfaces declared here, one per mode, and
+// cmd/worker builds the one of its mode and hands it over: a Local state
+// (New: a state.Manager that this worker alone holds) or a Shared one
+// (NewShared: a state.Replica of a store that several workers share).
 //
 // What it owns:
 //
 //   - Intake. A Worker holds one queue-group subscription on
 //     <prefix>.heartbeat.*. The NATS client delivers its messages to one
-//     goroutine, in arrival order, and the Worker applies each one there
-//     before it takes the next: reports are never applied in parallel. A
-//     report sent as a request is acknowledged only once State.MergeFlows
-//     has returned, so a get that follows the ack sees it.
+//     goroutine, in arrival order, and the Worker takes each one there
+//     before the next: reports are never applied in parallel. A Local
+//     state applies each report there (MergeFlows), and the report is
+//     acknowledged once it has returned. A Shared state takes each report
+//     without waiting for its store (Submit, pipeline.go) and answers it,
+//     in arrival order, once its write is stored and applied by this
+//     worker's watch. Either way a get that follows an ack sees the report.
 //   - Publishing. After a change, the Worker writes the aggregate key
-//     (State.Flush) and publishes the aggregate on <prefix>.state and what
+//     (Shared.Flush) and publishes the aggregate on <prefix>.state and what
 //     changed on <prefix>.state.delta (protocol v2; Config.StateUpdates
 //     chooses either or both; a resync delta when one would not fit),
 //     coalesced to one update per PublishInterval: the first change after a quiet
@@ -22,10 +27,12 @@
 //     interval, and the last state always. Config.FullInterval spaces the
 //     full updates on <prefix>.state further apart (deltas and the
 //     aggregate key keep PublishInterval): at most one per FullInterval,
-//     and the last change always, once due. Its own reports signal changes;
-//     a replica signals the changes of other workers' reports with Changed,
-//     which never blocks. Where State.Flush answers flowstate.ErrNotPublisher
-//     (another worker holds the publisher lease), nothing is published.
+//     and the last change always, once due. One signal tells the publisher
+//     of a change: the worker's own, after a report that changed a Local
+//     state, or a Shared state's (Changes), for every change it serves,
+//     this worker's reports included. Where Shared.Flush answers
+//     state.ErrNotPublisher (another worker holds the publisher lease),
+//     nothing is published.
 //   - The micro service "flowstate" ($SRV.PING, $SRV.INFO, $SRV.STATS;
 //     its metadata names the prefix and what Config.Metadata adds) with
 //     its get (<prefix>.state.get) and nodes (<prefix>.state.nodes)
@@ -40,7 +47,7 @@
 //   - One error path. Handlers return errors; one function (fail, in
 //     errors.go) turns an error into a code (400 bad input, 413 too large,
 //     503 unavailable or shutting down, 507 a capacity limit
-//     (flowstate.ErrCapacity), 500 anything else), an error reply with the
+//     (state.ErrCapacity), 500 anything else), an error reply with the
 //     service error headers, a counter by reason and one log line with fixed
 //     keys (subject, node_id, reason, code, err). Every log line a remote
 //     peer can trigger goes through one rate-limiter (logThrottled, on

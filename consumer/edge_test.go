@@ -14,19 +14,21 @@ import (
 
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
-	state := newFakeState()
-	state.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+	fake := newFakeState()
+	fake.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 		if nodeID == 9 {
-			return flowstate.MergeResult{}, &flowstate.CapacityError{Limit: flowstate.LimitMaxNodes, Max: 1, Would: 2}
+			return state.MergeResult{}, &state.CapacityError{Limit: state.LimitMaxNodes, Max: 1, Would: 2}
 		}
-		return state.State.MergeFlows(ctx, nodeID, flows)
+		return fake.Local.MergeFlows(ctx, nodeID, flows)
 	}
 	var logs logSink
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 	before, revBefore, _ := get(t, f.nc, true)
 
@@ -51,23 +53,29 @@ func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
 // floods it past its queue, and checks that the flood was dropped and
 // counted and that a get sent after it is answered.
 func TestGetFloodIsDroppedAndALegitimateGetIsAnswered(t *testing.T) {
-	state := newFakeState()
+	fake := newFakeState()
 	entered, gate := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool
-	state.sync = func(ctx context.Context) error {
-		if first.CompareAndSwap(false, true) {
+	var armed, first atomic.Bool
+	fake.version = func(ctx context.Context) (flowstate.Version, error) {
+		if armed.Load() && first.CompareAndSwap(false, true) {
 			close(entered)
 			select {
 			case <-gate:
 			case <-ctx.Done():
-				return ctx.Err()
+				return flowstate.Version{}, ctx.Err()
 			}
 		}
-		return nil
+		return fake.Local.Version(ctx)
 	}
 	const queue, flood = 8, 2000
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0, EndpointPendingMsgs: queue})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, EndpointPendingMsgs: queue})
+	updates, err := f.nc.SubscribeSync("flow.state")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
+	_, err = updates.NextMsg(wait)
+	require.NoError(t, err, "the report's update: the publisher has read the version")
+	armed.Store(true) // from now on only gets read it
 
 	inbox := nats.NewInbox()
 	replies, err := f.nc.SubscribeSync(inbox)
@@ -173,21 +181,21 @@ func TestCutKeepsWholeRunes(t *testing.T) {
 // on the held report when its apply budget is spent, drops the rest unanswered
 // and counts them, and returns within its context.
 func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
-	state := newFakeState()
+	fake := newFakeState()
 	entered := make(chan struct{})
-	state.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+	fake.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 		if nodeID != 999 {
-			return state.State.MergeFlows(ctx, nodeID, flows)
+			return fake.Local.MergeFlows(ctx, nodeID, flows)
 		}
 		close(entered)
 		select {
 		case <-ctx.Done():
-			return flowstate.MergeResult{}, fmt.Errorf("store: %w", ctx.Err())
+			return state.MergeResult{}, fmt.Errorf("store: %w", ctx.Err())
 		case <-time.After(wait):
-			return flowstate.MergeResult{}, fmt.Errorf("store: never cancelled")
+			return state.MergeResult{}, fmt.Errorf("store: never cancelled")
 		}
 	}
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
 	updates, err := f.nc.SubscribeSync("flow.state")
 	require.NoError(t, err)
 	require.NoError(t, f.nc.Flush())
@@ -233,44 +241,49 @@ func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
 	assert.Equal(t, fmt.Sprint(rev), last.Header.Get(protocol.HeaderRevision))
 }
 
-// TestChangedPublishesAChangeMadeBehindTheWorker is what a replica of a
-// shared store does: it merges another worker's report, then calls Changed.
-func TestChangedPublishesAChangeMadeBehindTheWorker(t *testing.T) {
-	state := newFakeState()
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+// TestSharedStatePublishesAChangeMadeByAnotherWorker: a report that
+// another worker of the shared store applies reaches this worker's state
+// through its watch, and the state's signal makes it publish.
+func TestSharedStatePublishesAChangeMadeByAnotherWorker(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	f := startSharedOn(t, startServer(t, nil), startReplica(t, mem, 8), consumer.Config{PublishInterval: 0})
 	updates, err := f.nc.SubscribeSync("flow.state")
 	require.NoError(t, err)
 	require.NoError(t, f.nc.Flush())
 
-	res, err := state.MergeFlows(context.Background(), 4, []flowstate.Flow{flow(1, 3, 3)})
+	// Another worker's write of node 4's report.
+	rev, err := mem.Put(context.Background(), flowstate.NodeKey(4), flowstate.AppendJSON(nil, []flowstate.Flow{flow(1, 3, 3)}))
 	require.NoError(t, err)
-	f.worker.Changed()
-	msg, err := updates.NextMsg(wait)
-	require.NoError(t, err)
-	assert.Equal(t, fmt.Sprint(res.Revision), msg.Header.Get(protocol.HeaderRevision))
+	for {
+		msg, err := updates.NextMsg(wait)
+		require.NoError(t, err, "an update at the other worker's revision")
+		if msg.Header.Get(protocol.HeaderRevision) == fmt.Sprint(rev.Seq) {
+			break
+		}
+	}
 }
 
 func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T) {
-	state := newFakeState()
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	fake := newFakeState()
+	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 	for range 2 {
 		msg, err := f.nc.Request("flow.state.nodes", nil, wait)
 		require.NoError(t, err)
 		require.Empty(t, msg.Header.Get(protocol.HeaderError))
 	}
-	assert.EqualValues(t, 1, state.nodeCalls.Load(), "one copy per version")
+	assert.EqualValues(t, 1, fake.nodeCalls.Load(), "one copy per version")
 	ack(t, f.nc, 2, report(2))
 	_, err := f.nc.Request("flow.state.nodes", nil, wait)
 	require.NoError(t, err)
-	assert.EqualValues(t, 2, state.nodeCalls.Load(), "a new version is copied again")
+	assert.EqualValues(t, 2, fake.nodeCalls.Load(), "a new version is copied again")
 
-	state.size = func() (int, int) { return 10_000_000, 0 }
+	fake.size = func() (int, int) { return 10_000_000, 0 }
 	msg, err := f.nc.Request("flow.state.nodes", nil, wait)
 	require.NoError(t, err)
 	assert.Equal(t, "413", msg.Header.Get(protocol.HeaderErrorCode))
 	assert.Contains(t, msg.Header.Get(protocol.HeaderError), "node view of at least")
-	assert.EqualValues(t, 2, state.nodeCalls.Load(), "refused without a copy")
+	assert.EqualValues(t, 2, fake.nodeCalls.Load(), "refused without a copy")
 	assert.EqualValues(t, 1, f.worker.Stats().RequestErrors["nodes/too_large"])
 }
 
@@ -279,15 +292,14 @@ func TestNodesViewTooLargeIsRefusedFromTheCountAndCachedPerVersion(t *testing.T)
 // read barrier failed) answers 503 instead of a state that may be older
 // than an ack, and answers again once the barrier holds.
 func TestGetWhoseReadBarrierFailsAnswers503(t *testing.T) {
-	state := newFakeState()
 	var failing atomic.Bool
-	state.sync = func(context.Context) error {
+	shared := &barrierState{Shared: startReplica(t, kv.NewSharedMemory(kv.SharedMemoryOptions{}), 8), sync: func(context.Context) error {
 		if failing.Load() {
 			return fmt.Errorf("the watch has not reached revision 9: %w", context.DeadlineExceeded)
 		}
 		return nil
-	}
-	f := startWorkerOn(t, startServer(t, nil), state, consumer.Config{PublishInterval: 0})
+	}}
+	f := startSharedOn(t, startServer(t, nil), shared, consumer.Config{PublishInterval: 0})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 
 	failing.Store(true)
@@ -307,3 +319,11 @@ func TestGetWhoseReadBarrierFailsAnswers503(t *testing.T) {
 	_, rev, _ := get(t, f.nc, true)
 	assert.NotZero(t, rev)
 }
+
+// barrierState is a shared state whose read barrier a test chooses.
+type barrierState struct {
+	consumer.Shared
+	sync func(ctx context.Context) error
+}
+
+func (s *barrierState) Sync(ctx context.Context) error { return s.sync(ctx) }

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowstate-io/flowstate/codec"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // errShuttingDown is the error of a request that arrives, or is still
@@ -47,7 +47,11 @@ func judge(err error) verdict {
 		return verdict{code: protocol.CodeBadRequest, kind: bad.kind, reason: bad.Error()}
 	case errors.As(err, &dec):
 		return verdict{code: protocol.CodeBadRequest, kind: string(dec.Kind), reason: dec.Error()}
-	case errors.Is(err, flowstate.ErrCapacity):
+	case errors.Is(err, state.ErrTooManyFlows):
+		// A shared state's own check of --max-flows (the decoder's comes
+		// first): the report is refused whole, as the decoder refuses it.
+		return verdict{code: protocol.CodeBadRequest, kind: "too_many_flows", reason: err.Error()}
+	case errors.Is(err, state.ErrCapacity):
 		// The report would take the state past --max-nodes or
 		// --max-total-flows: nothing changed; the reason names the limit.
 		return verdict{code: protocol.CodeCapacity, kind: "capacity", reason: err.Error()}
@@ -56,7 +60,7 @@ func judge(err error) verdict {
 	case errors.Is(err, errShuttingDown), errors.Is(err, context.Canceled):
 		// Handlers run under the base context, which only Shutdown cancels.
 		return verdict{code: protocol.CodeUnavailable, kind: "shutting_down", reason: "the worker is shutting down"}
-	case errors.Is(err, flowstate.ErrStoreCleared):
+	case errors.Is(err, state.ErrStoreCleared):
 		return verdict{code: protocol.CodeUnavailable, kind: "store", reason: err.Error()}
 	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		// A shared store that cannot take writes: nothing was acked, the

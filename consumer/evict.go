@@ -40,7 +40,5 @@ func (w *Worker) evictSweep(cutoff time.Time, ttl time.Duration) {
 	if err != nil {
 		w.logThrottled(errorLevel, "node eviction failed", slog.Any("err", err))
 	}
-	if res.Changed {
-		w.pub.changed()
-	}
+	w.localChanged(res)
 }

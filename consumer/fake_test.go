@@ -12,60 +12,77 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // fakeState is a Manager whose methods a test may replace, to make the
 // state refuse, block or count.
 type fakeState struct {
-	consumer.State
-	merge     func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error)
-	sync      func(ctx context.Context) error
+	consumer.Local
+	merge     func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error)
+	version   func(ctx context.Context) (flowstate.Version, error)
 	size      func() (nodes, flows int)
 	nodeCalls atomic.Int64
 }
 
 func newFakeState() *fakeState {
-	return &fakeState{State: flowstate.NewManager(kv.NewMemory(), flowstate.Options{})}
+	return &fakeState{Local: state.NewManager(state.Options{})}
 }
 
-func (s *fakeState) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (flowstate.MergeResult, error) {
+func (s *fakeState) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 	if s.merge != nil {
 		return s.merge(ctx, nodeID, flows)
 	}
-	return s.State.MergeFlows(ctx, nodeID, flows)
+	return s.Local.MergeFlows(ctx, nodeID, flows)
 }
 
-func (s *fakeState) Sync(ctx context.Context) error {
-	if s.sync != nil {
-		return s.sync(ctx)
+func (s *fakeState) Version(ctx context.Context) (flowstate.Version, error) {
+	if s.version != nil {
+		return s.version(ctx)
 	}
-	return s.State.Sync(ctx)
+	return s.Local.Version(ctx)
 }
 
 func (s *fakeState) Size() (nodes, flows int) {
 	if s.size != nil {
 		return s.size()
 	}
-	return s.State.Size()
+	return s.Local.Size()
 }
 
-func (s *fakeState) Nodes(ctx context.Context) ([]flowstate.NodeInfo, flowstate.Version, error) {
+func (s *fakeState) Nodes(ctx context.Context) ([]state.NodeInfo, flowstate.Version, error) {
 	s.nodeCalls.Add(1)
-	return s.State.Nodes(ctx)
+	return s.Local.Nodes(ctx)
 }
 
-// startWorkerOn runs a worker serving state with cfg on srv; Cleanup shuts
+// startWorkerOn runs a worker serving local with cfg on srv; Cleanup shuts
 // it down.
-func startWorkerOn(tb testing.TB, srv *server.Server, state consumer.State, cfg consumer.Config) *fixture {
+func startWorkerOn(tb testing.TB, srv *server.Server, local consumer.Local, cfg consumer.Config) *fixture {
 	tb.Helper()
 	wc := connect(tb, srv)
-	w, err := consumer.New(wc, state, cfg)
+	w, err := consumer.New(wc, local, cfg)
 	require.NoError(tb, err)
+	return started(tb, srv, wc, w)
+}
+
+// startSharedOn runs a worker serving shared with cfg on srv; Cleanup shuts
+// it down.
+func startSharedOn(tb testing.TB, srv *server.Server, shared consumer.Shared, cfg consumer.Config) *fixture {
+	tb.Helper()
+	wc := connect(tb, srv)
+	w, err := consumer.NewShared(wc, shared, cfg)
+	require.NoError(tb, err)
+	return started(tb, srv, wc, w)
+}
+
+// started starts w on its connection wc; Cleanup shuts it down.
+func started(tb testing.TB, srv *server.Server, wc *nats.Conn, w *consumer.Worker) *fixture {
+	tb.Helper()
 	require.NoError(tb, w.Start())
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)

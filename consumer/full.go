@@ -36,7 +36,7 @@ func (w *Worker) fullDueLocked(ctx context.Context) bool {
 	if !w.full.armed.Swap(true) {
 		time.AfterFunc(wait, func() {
 			w.full.armed.Store(false)
-			w.Changed()
+			w.pub.signal()
 		})
 	}
 	return false

@@ -34,7 +34,7 @@ func (w *Worker) serveGet(req micro.Request) error {
 			reason: "Accept: application/json cannot be chunked (Flow-State-Chunks: 1)"}
 	}
 	ctx := w.ctx
-	if err := w.mgr.Sync(ctx); err != nil {
+	if err := w.readBarrier(ctx); err != nil {
 		// A shared store's read barrier failed: this worker cannot tell
 		// that its state holds every acked report, so it answers 503
 		// rather than a state older than an ack (the client asks again).
@@ -63,6 +63,15 @@ func (w *Worker) serveGet(req micro.Request) error {
 		return req.Respond(body, micro.WithHeaders(micro.Headers(h)))
 	})
 	return err
+}
+
+// readBarrier waits, with a shared state, until the state holds every
+// report any worker acknowledged before the get.
+func (w *Worker) readBarrier(ctx context.Context) error {
+	if w.shared == nil {
+		return nil // the state is this worker's own: it holds every report it acked
+	}
+	return w.shared.Sync(ctx)
 }
 
 // wantsJSON reports whether an Accept header asks for JSON.
@@ -115,6 +124,7 @@ func (w *Worker) withEncoded(ctx context.Context, asJSON bool, fn func(body []by
 	}
 	if !c.hasMsgpack {
 		if n := codec.AggregateLen(c.flows); int64(n) > w.nc.MaxPayload() {
+			w.stats.aggregateBytes.Store(int64(n)) // the size now, even though it does not fit
 			return &tooLargeError{size: n, max: w.nc.MaxPayload()}
 		}
 		c.msgpack = codec.AppendAggregate(c.msgpack[:0], c.flows)

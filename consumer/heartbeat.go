@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // handleHeartbeat applies one report. The client library calls it from one
@@ -26,21 +27,21 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	if w.cfg.OnApplied != nil {
 		start = monoNow()
 	}
-	if w.pipe != nil {
+	if w.shared != nil {
 		w.submit(msg, start)
 		return
 	}
 	node, hasNode, flows, err := w.decodeReport(msg)
-	var res flowstate.MergeResult
+	var res state.MergeResult
 	if err == nil {
-		res, err = w.mgr.MergeFlows(w.ctx, w.report.NodeID, flows)
+		res, err = w.local.MergeFlows(w.ctx, w.report.NodeID, flows)
 	}
 	w.answer(msg, node, hasNode, w.report.NodeEpoch, w.report.HasNodeEpoch, start, res, err)
 }
 
 // answer acknowledges a report applied, or answers why it was not.
 func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint64, hasNodeEpoch bool,
-	start time.Time, res flowstate.MergeResult, err error) {
+	start time.Time, res state.MergeResult, err error) {
 	if err != nil {
 		v := w.failReport(msg, node, hasNode, err)
 		w.deadLetter(msg, v)
@@ -59,7 +60,14 @@ func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint
 			w.stats.acked.Add(1)
 		}
 	}
-	if res.Changed {
+	w.localChanged(res)
+}
+
+// localChanged tells the publisher of a change that a local state made: a
+// shared state signals its changes itself (Shared.Changes), those of its
+// own reports included.
+func (w *Worker) localChanged(res state.MergeResult) {
+	if res.Changed && w.local != nil {
 		w.pub.changed()
 	}
 }
@@ -77,7 +85,7 @@ func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 // replica's result) or with one before start (a Manager's Options.Now that
 // is not the clock), it reads the clock. The worker's Manager uses the
 // clock (time.Now).
-func appliedSince(start time.Time, res flowstate.MergeResult) time.Duration {
+func appliedSince(start time.Time, res state.MergeResult) time.Duration {
 	if res.Applied.IsZero() || res.Applied.Before(start) {
 		return time.Since(start)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestMain(m *testing.M) {
@@ -47,17 +47,16 @@ type fixture struct {
 	nc     *nats.Conn // the client's
 	wc     *nats.Conn // the worker's
 	worker *consumer.Worker
-	store  *kv.Memory
+	mgr    *state.Manager // the state of startWorker's worker
 }
 
-// startWorker runs a worker with cfg on srv, over a Manager on an in-memory
-// store; Cleanup shuts it down.
+// startWorker runs a worker with cfg on srv, over a Manager; Cleanup shuts
+// it down.
 func startWorker(tb testing.TB, srv *server.Server, cfg consumer.Config) *fixture {
 	tb.Helper()
-	store := kv.NewMemory()
-	mgr := flowstate.NewManager(store, flowstate.Options{DeferAggregateWrite: cfg.PublishInterval > 0})
+	mgr := state.NewManager(state.Options{})
 	f := startWorkerOn(tb, srv, mgr, cfg)
-	f.store = store
+	f.mgr = mgr
 	return f
 }
 

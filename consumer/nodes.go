@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // NodeView is one entry of the per-node view on <prefix>.state.nodes.
@@ -138,7 +139,7 @@ func (c *nodesEncoding) body(asJSON bool) []byte {
 }
 
 // encodeNodes encodes nodes, with each node's epoch, into c.
-func (w *Worker) encodeNodes(c *nodesEncoding, nodes []flowstate.NodeInfo, asJSON bool) error {
+func (w *Worker) encodeNodes(c *nodesEncoding, nodes []state.NodeInfo, asJSON bool) error {
 	view := make([]NodeView, len(nodes))
 	w.epochsMu.Lock()
 	for i, n := range nodes {

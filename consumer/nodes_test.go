@@ -63,11 +63,11 @@ func TestSilentNodeIsEvictedAfterTheTTL(t *testing.T) {
 	}
 	v, err := codec.DecodeAggregate(last.Data)
 	require.NoError(t, err)
-	assert.True(t, v.IsEmpty())
+	assert.Empty(t, v.Flows())
 	_, getRev, _ := get(t, f.nc, false)
 	assert.Greater(t, getRev, rev)
 	assert.EqualValues(t, 1, f.worker.Stats().Evicted)
-	assert.NotContains(t, f.store.Dump(), flowstate.NodeKey(1))
+	assert.NotContains(t, f.mgr.Dump(), flowstate.NodeKey(1))
 }
 
 func TestStatsReportTheStateAndReadiness(t *testing.T) {

@@ -2,129 +2,82 @@ package consumer
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
 )
 
-// pipelined is a State that takes a report without waiting for it to be
-// stored (a flowstate.Replica of a shared store): the heartbeat goroutine
-// submits, and a completion stage waits and answers, so that up to Window
-// writes are in flight. A State without it (a Manager) applies each report
-// on the heartbeat goroutine.
-type pipelined interface {
-	// Submit checks a report and sends its write; the Pending's Wait says
-	// when it is stored and applied, as MergeFlows would have returned.
-	// Writes are stored in the order of the calls.
-	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (*flowstate.Pending, error)
-	// Window is how many reports may be in flight.
-	Window() int
-}
+// The intake pipeline of a shared state (Shared): the heartbeat goroutine
+// decodes a report and gives it to the state (Submit, or Refuse for one
+// that does not decode), which sends its write without waiting for the
+// store; the state answers each report, in arrival order, once its write is
+// stored and applied by this worker's watch, through the report's
+// Completion (inflight), from whichever goroutine found the outcome. Up to
+// Window reports wait for their answers; past that, Submit blocks intake,
+// so that the subscription's pending limits apply.
 
-var _ pipelined = (*flowstate.Replica)(nil)
-
-// inflight is a report between intake and its answer.
+// inflight is a report between intake and its answer: the state's
+// Completion of it.
 type inflight struct {
+	w            *Worker
 	msg          *nats.Msg
 	node         uint64
 	hasNode      bool
 	nodeEpoch    uint64
 	hasNodeEpoch bool
 	start        time.Time
-	pending      *flowstate.Pending // nil if err is set
-	err          error              // refused before its write
 }
 
-// pipeline is the completion stage: it answers the reports in arrival
-// order, each once its write is stored and applied by this worker's watch
-// (or failed). Its queue holds Window reports: a full queue blocks intake,
-// so that the subscription's pending limits apply.
-type pipeline struct {
-	state pipelined
-	queue chan inflight
-	stop  chan struct{} // closed by Shutdown once intake has stopped
-	done  chan struct{} // closed when run returns
+var inflightPool = sync.Pool{New: func() any { return new(inflight) }}
+
+// Complete answers the report: the state's answer to it.
+func (it *inflight) Complete(res state.MergeResult, err error) {
+	it.w.answer(it.msg, it.node, it.hasNode, it.nodeEpoch, it.hasNodeEpoch, it.start, res, err)
+	*it = inflight{}
+	inflightPool.Put(it)
 }
 
-func newPipeline(state pipelined) *pipeline {
-	return &pipeline{state: state, queue: make(chan inflight, max(state.Window(), 1)), stop: make(chan struct{}), done: make(chan struct{})}
-}
+var _ state.Completion = (*inflight)(nil)
 
-// submit is handleHeartbeat's path for a pipelined state: it decodes,
-// checks and submits the report, and queues it for its answer.
+// submit is handleHeartbeat's path for a shared state: it decodes and
+// checks the report, and gives it to the state, which answers it in its
+// turn.
 func (w *Worker) submit(msg *nats.Msg, start time.Time) {
-	it := inflight{msg: msg, start: start}
-	var report []flowstate.Flow
-	it.node, it.hasNode, report, it.err = w.decodeReport(msg)
-	if it.err == nil {
+	it := inflightPool.Get().(*inflight)
+	it.w, it.msg, it.start = w, msg, start
+	node, hasNode, report, err := w.decodeReport(msg)
+	it.node, it.hasNode = node, hasNode
+	if err == nil {
 		it.nodeEpoch, it.hasNodeEpoch = w.report.NodeEpoch, w.report.HasNodeEpoch
-		it.pending, it.err = w.pipe.state.Submit(w.ctx, w.report.NodeID, report)
+		err = w.shared.Submit(w.ctx, w.report.NodeID, report, it)
+	} else {
+		err = w.shared.Refuse(w.ctx, err, it)
 	}
-	select {
-	case w.pipe.queue <- it:
-	case <-w.ctx.Done():
-		// Shutdown gave up on the reports left: this one is dropped
-		// unanswered, and its write, if sent, is the node's last.
-		if it.pending != nil {
-			it.pending.Release()
-		}
+	if err != nil {
+		// Shutdown gave up on the reports left while the window was full:
+		// this one is dropped unanswered.
+		*it = inflight{}
+		inflightPool.Put(it)
 		w.stats.droppedAtStop.Add(1)
 	}
 }
 
-// runPipeline answers the queued reports until Shutdown has stopped intake
-// and the queue is empty.
-func (w *Worker) runPipeline() {
-	p := w.pipe
-	defer close(p.done)
-	for {
-		select {
-		case it := <-p.queue:
-			w.complete(it)
-		case <-p.stop:
-			for {
-				select {
-				case it := <-p.queue:
-					w.complete(it)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-// complete waits for a report's write and answers it.
-func (w *Worker) complete(it inflight) {
-	var res flowstate.MergeResult
-	err := it.err
-	if it.pending != nil {
-		res, err = it.pending.Wait(w.ctx)
-		it.pending.Release()
-	}
-	w.answer(it.msg, it.node, it.hasNode, it.nodeEpoch, it.hasNodeEpoch, it.start, res, err)
-}
-
-// stopPipeline lets the completion stage answer what is queued, within
-// half of what ctx leaves; then the handlers' context ends, and what is
-// left is answered at once as unavailable.
+// stopPipeline lets the state answer the reports it holds, within half of
+// what ctx leaves; those still waiting then are answered at once as
+// unavailable (shutting down).
 func (w *Worker) stopPipeline(ctx context.Context) {
-	if w.pipe == nil {
+	if w.shared == nil {
 		return
 	}
-	close(w.pipe.stop)
-	budget, stop := halfBudget(ctx)
-	defer stop()
-	select {
-	case <-w.pipe.done:
-		return
-	case <-budget:
-	case <-ctx.Done():
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, time.Until(d)/2, errShuttingDown)
+		defer cancel()
 	}
-	w.cancel()
-	<-w.pipe.done // every wait ends with the handlers' context
+	w.shared.Drain(ctx)
 }
 
 // halfBudget fires once half of the time ctx leaves has passed; never

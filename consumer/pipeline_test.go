@@ -14,17 +14,18 @@ import (
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // These tests run the worker on a Replica of the shared in-memory store:
-// the intake pipeline, whose completion stage answers in arrival order
+// the intake pipeline, whose reports the state answers in arrival order
 // once each write is stored and applied by the worker's watch.
 
 // startReplica runs a Replica of mem until it is loaded; Cleanup stops it,
 // after the worker (cleanups run last first).
-func startReplica(tb testing.TB, mem *kv.SharedMemory, window int) *flowstate.Replica {
+func startReplica(tb testing.TB, mem *kv.SharedMemory, window int) *state.Replica {
 	tb.Helper()
-	r, err := flowstate.NewReplica(mem, flowstate.ReplicaOptions{Window: window, ApplyTimeout: wait})
+	r, err := state.NewReplica(mem, state.ReplicaOptions{Window: window, ApplyTimeout: wait})
 	require.NoError(tb, err)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -87,7 +88,7 @@ func received(tb testing.TB, w *consumer.Worker, n uint64) {
 func TestPipelineAnswersInArrivalOrder(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 64), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 64), consumer.Config{})
 	ch := replies(t, f.nc)
 
 	// The watch is held, so that every report waits in the window; the
@@ -130,21 +131,21 @@ func TestPipelineAnswersInArrivalOrder(t *testing.T) {
 func TestPipelineFullWindowBlocksIntake(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 2), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 2), consumer.Config{})
 	ch := replies(t, f.nc)
 
 	mem.StallWatches()
 	const n = 6
 	sendReports(t, f.nc, n)
-	// One report waits in the completion stage, two in the window, one in
-	// the blocked intake; the others wait in the subscription.
-	received(t, f.worker, 4)
+	// Two reports wait in the window for their answers, one in the blocked
+	// intake; the others wait in the subscription.
+	received(t, f.worker, 3)
 	// A nodes request is answered on the same connection: the reports sent
 	// before it have reached the worker, and still only 4 were taken.
 	msg, err := f.nc.Request("flow.state.nodes", nil, wait)
 	require.NoError(t, err)
 	require.Empty(t, msg.Header.Get(protocol.HeaderError))
-	assert.Equal(t, uint64(4), f.worker.Stats().Received, "a full window blocks intake")
+	assert.Equal(t, uint64(3), f.worker.Stats().Received, "a full window blocks intake")
 	assert.Empty(t, ch, "nothing answered before its write is applied")
 
 	mem.ResumeWatches()
@@ -158,7 +159,7 @@ func TestPipelineFullWindowBlocksIntake(t *testing.T) {
 func TestPipelineAnswersUnavailableForWhatWasNotStored(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
 	ack(t, f.nc, 1, report(1, flow(1, 1, 1)))
 	mem.SetUnavailable(true)
 	msg := send(t, f.nc, subject(1), report(1, flow(1, 2, 2)))
@@ -177,7 +178,7 @@ func TestPipelineAnswersUnavailableForWhatWasNotStored(t *testing.T) {
 func TestPipelineShutdownAnswersWhatIsInFlight(t *testing.T) {
 	srv := startServer(t, nil)
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	f := startWorkerOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
+	f := startSharedOn(t, srv, startReplica(t, mem, 8), consumer.Config{})
 	ch := replies(t, f.nc)
 	mem.StallWatches()
 	defer mem.ResumeWatches()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // coalescer turns a stream of "the aggregate changed" signals into calls of
@@ -17,7 +18,8 @@ import (
 type coalescer struct {
 	interval time.Duration
 	publish  func()
-	kick     chan struct{} // a change is pending; capacity 1
+	kick     chan struct{}   // a change is pending (the worker's own signal); capacity 1
+	changes  <-chan struct{} // a shared state's signal of its changes (follow); nil otherwise
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -30,6 +32,38 @@ func newCoalescer(interval time.Duration, publish func()) *coalescer {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+}
+
+// follow makes run hear of a shared state's changes from changes, the
+// state's own signal (a non-blocking send on a channel of capacity 1): the
+// state tells the publisher of every change it serves, this worker's
+// reports included. Call it before run.
+func (c *coalescer) follow(changes <-chan struct{}) { c.changes = changes }
+
+// signal marks a publish pending without ever publishing on the caller's
+// goroutine; run publishes it.
+func (c *coalescer) signal() {
+	select {
+	case c.kick <- struct{}{}:
+	default: // a change is already pending
+	}
+}
+
+// take reports whether a change is pending, of either signal, and takes
+// it.
+func (c *coalescer) take() bool {
+	pending := false
+	select {
+	case <-c.kick:
+		pending = true
+	default:
+	}
+	select {
+	case <-c.changes:
+		pending = true
+	default:
+	}
+	return pending
 }
 
 // changed signals a change. With interval 0 it publishes before it returns.
@@ -57,39 +91,32 @@ func (c *coalescer) run() {
 		// While a publish is scheduled, kick is left alone: a change finds
 		// it full and returns without waking this goroutine (one wakeup per
 		// report under load otherwise). The scheduled publish takes it.
-		kick := c.kick
+		kick, changes := c.kick, c.changes
 		if armed {
-			kick = nil
+			kick, changes = nil, nil
 		}
 		select {
 		case <-kick:
-			if wait := c.interval - time.Since(last); wait > 0 {
-				timer.Reset(wait)
-				armed = true
-				continue
-			}
-			c.publish()
-			last = time.Now()
+		case <-changes:
 		case <-timer.C:
 			armed = false
-			select {
-			case <-c.kick: // a change since the timer was set: this publish has it
-			default:
-			}
+			c.take() // a change since the timer was set: this publish has it
 			c.publish()
 			last = time.Now()
+			continue
 		case <-c.stop:
-			pending := armed
-			select {
-			case <-c.kick:
-				pending = true
-			default:
-			}
-			if pending {
+			if armed || c.take() {
 				c.publish()
 			}
 			return
 		}
+		if wait := c.interval - time.Since(last); wait > 0 {
+			timer.Reset(wait)
+			armed = true
+			continue
+		}
+		c.publish()
+		last = time.Now()
 	}
 }
 
@@ -106,13 +133,15 @@ func (w *Worker) publishState() {
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
 	ctx := w.pubCtx
-	if err := w.mgr.Flush(ctx); errors.Is(err, flowstate.ErrNotPublisher) {
-		// Another worker of a shared store publishes; when this one
-		// publishes again, its first delta makes clients resync.
-		w.v2.notPublisher = true
-		return
-	} else if err != nil {
-		w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
+	if w.shared != nil {
+		if err := w.shared.Flush(ctx); errors.Is(err, state.ErrNotPublisher) {
+			// Another worker of the shared store publishes; when this one
+			// publishes again, its first delta makes clients resync.
+			w.v2.notPublisher = true
+			return
+		} else if err != nil {
+			w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
+		}
 	}
 	if w.cfg.StateUpdates != StateUpdatesFull {
 		w.publishDeltaLocked(ctx)

@@ -47,7 +47,7 @@ type Stats struct {
 	// The state now.
 	Revision       uint64 // current revision
 	Nodes, Flows   int    // nodes and flows in the aggregate
-	AggregateBytes int    // size of the last msgpack encoding of the aggregate
+	AggregateBytes int    // size of the msgpack aggregate at the last get or update, fitting the max payload or not
 }
 
 // counters are a Worker's live Stats.

@@ -26,9 +26,13 @@ const errorLevel = slog.LevelError
 // then Start it; Shutdown stops it.
 type Worker struct {
 	nc  *nats.Conn
-	mgr State // the state it serves (a Manager, or a replica of a shared store)
-	cfg Config
-	log *slog.Logger
+	mgr State // the state it serves, in either mode
+	// local is the state of --kv memory, shared the state of a shared
+	// store: exactly one is set, by New or NewShared.
+	local  Local
+	shared Shared
+	cfg    Config
+	log    *slog.Logger
 
 	hbSubject    string // <prefix>.heartbeat.*
 	hbPrefix     string // <prefix>.heartbeat.
@@ -46,10 +50,9 @@ type Worker struct {
 	pubCtx    context.Context
 	pubCancel context.CancelFunc
 
-	sub  *nats.Subscription
-	svc  micro.Service
-	pub  *coalescer
-	pipe *pipeline // the completion stage, for a pipelined state; nil otherwise
+	sub *nats.Subscription
+	svc micro.Service
+	pub *coalescer
 
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
@@ -78,11 +81,39 @@ type Worker struct {
 	throttle *throttle.Throttle
 }
 
-// New returns a Worker that will serve state on nc. It does no I/O; the
-// connection stays the caller's, who closes it after Shutdown.
-func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
-	if nc == nil || state == nil {
-		return nil, errors.New("consumer: a connection and a state are required")
+// New returns a Worker that will serve local, a state this worker alone
+// holds, on nc. It does no I/O; the connection stays the caller's, who
+// closes it after Shutdown.
+func New(nc *nats.Conn, local Local, cfg Config) (*Worker, error) {
+	if local == nil {
+		return nil, errors.New("consumer: a state is required")
+	}
+	w, err := newWorker(nc, local, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.local = local
+	return w, nil
+}
+
+// NewShared returns a Worker that will serve shared, the state of a store
+// that several workers share, on nc, as New does.
+func NewShared(nc *nats.Conn, shared Shared, cfg Config) (*Worker, error) {
+	if shared == nil {
+		return nil, errors.New("consumer: a state is required")
+	}
+	w, err := newWorker(nc, shared, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w.shared = shared
+	w.pub.follow(shared.Changes())
+	return w, nil
+}
+
+func newWorker(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
+	if nc == nil {
+		return nil, errors.New("consumer: a connection is required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -106,9 +137,6 @@ func New(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
 	w.pubCtx, w.pubCancel = context.WithCancel(context.Background())
 	w.dec.MaxFlows = cfg.MaxFlows
 	w.pub = newCoalescer(cfg.PublishInterval, w.publishState)
-	if p, ok := state.(pipelined); ok {
-		w.pipe = newPipeline(p)
-	}
 	return w, nil
 }
 
@@ -130,9 +158,6 @@ func (w *Worker) Start() error {
 	}
 	w.sub, w.svc = sub, svc
 	go w.pub.run()
-	if w.pipe != nil {
-		go w.runPipeline()
-	}
 	if w.cfg.NodeTTL > 0 {
 		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
 		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)
@@ -197,22 +222,6 @@ func (w *Worker) serviceError(_ micro.Service, err *micro.NATSError) {
 	w.logThrottled(errorLevel, "service error", slog.String("subject", cutToken(err.Subject)), slog.String("err", err.Description))
 }
 
-// Changed tells the worker that the state changed without a report of its
-// own: a replica of a shared store calls it from its change callback. It
-// does not block: it kicks the publisher, which publishes at its cadence
-// (at once with PublishInterval 0). It may be called before Start and after
-// Shutdown, when it does nothing.
-func (w *Worker) Changed() { w.pub.signal() }
-
-// signal marks a change pending without ever publishing on the caller's
-// goroutine; run publishes it.
-func (c *coalescer) signal() {
-	select {
-	case c.kick <- struct{}{}:
-	default: // a change is already pending
-	}
-}
-
 // Ready reports why the worker cannot serve, or nil: it must be started
 // and not shut down, its subscription live, its connection up and its state
 // loaded (a shared store's content read).
@@ -226,7 +235,7 @@ func (w *Worker) Ready() error {
 		return errors.New("heartbeat subscription closed")
 	case !w.nc.IsConnected():
 		return errors.New("NATS not connected")
-	case !w.mgr.Loaded():
+	case w.shared != nil && !w.shared.Loaded():
 		return errors.New("state not loaded from the store yet")
 	}
 	return nil

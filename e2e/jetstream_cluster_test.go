@@ -113,7 +113,11 @@ func TestJetStreamClusterKeepsServingWhenAServerDies(t *testing.T) {
 	first.kill()
 	r.awaitAcks(300, 30*time.Second)
 	t.Logf("300 reports acked %v after a server died; %d retried meanwhile %s", time.Since(killed), r.failed.Load()-failedBefore, r.failures())
-	c.get()
+	// Gets are served. A worker whose watch read from the dead server
+	// answers 503 until its consumer is recreated on another one (after two
+	// missed idle heartbeats, 2 to 4 s): the client asks again, as a
+	// frontend does.
+	awaitGet(t, c, 30*time.Second)
 
 	// The bucket's leader dies too: no quorum, no writes.
 	leader.kill()
@@ -170,4 +174,22 @@ func TestJetStreamClusterKeepsServingWhenAServerDies(t *testing.T) {
 	v := requireConverged(t, c, r.want(), 20)
 	assert.Equal(t, epoch, v.Epoch)
 	t.Logf("%d reports acked, %d retried %s", r.acked(), r.failed.Load(), r.failures())
+}
+
+// awaitGet sends gets until one is answered with the state, within timeout;
+// a 503 (a worker whose read barrier cannot pass yet) is asked again.
+func awaitGet(t testing.TB, c *client, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
+		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
+			return
+		}
+		if err == nil {
+			require.Equal(t, "503", msg.Header.Get(micro.ErrorCodeHeader), "only 503 while a worker catches up: %s", msg.Header.Get(micro.ErrorHeader))
+		}
+		require.True(t, time.Now().Before(deadline), "no get answered within %v", timeout)
+		time.Sleep(50 * time.Millisecond)
+	}
 }

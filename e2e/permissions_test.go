@@ -171,3 +171,45 @@ func TestPermissionsOfAJetStreamWorker(t *testing.T) {
 	assert.Empty(t, linesMatching(w.Stderr(), workerErrorLine), "worker errors: its permissions are enough")
 	assert.NotContains(t, w.Stderr(), "ermission", "no permissions violation")
 }
+
+// TestPermissionsKeepAllButTheWorkersFromWritingTheBucket: with
+// jetStreamWorkerConf only the workers write $KV.flow_state.> and use the
+// JetStream API; a frontend's (or a flownode's) write of a node's key, or
+// its purge of the bucket, is refused by the server, and the state stays
+// as it was.
+func TestPermissionsKeepAllButTheWorkersFromWritingTheBucket(t *testing.T) {
+	t.Parallel()
+	asyncErrs := make(chan error, 16)
+	frontendOpt := nats.UserInfo("frontend", "frontend-secret")
+	srv := startConfServer(t, "nats", fmt.Sprintf(jetStreamWorkerConf, t.TempDir()), frontendOpt)
+	w := launchWorker(t, []string{"FLOWSTATE_NATS_PASSWORD=worker-secret"},
+		"--nats-url", srv.URL, "--nats-user", "worker", "--kv", "jetstream", "--publish-interval", "0")
+	c := dialClient(t, w, frontendOpt, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		select {
+		case asyncErrs <- err:
+		default:
+		}
+	}))
+	awaitServing(t, w, c)
+	s := flowState{StateSize: map[uint32]uint64{7: 700}}
+	acked := c.report(7, codecReport(7, s))
+
+	for _, subject := range []string{
+		"$KV." + jsBucket + ".__flow/state/node/7", // a node's value
+		"$KV." + jsBucket + ".__flow/state/node/8", // a new node
+		"$JS.API.STREAM.PURGE.KV_" + jsBucket,      // a wipe
+		"$JS.API.STREAM.DELETE.KV_" + jsBucket,     // another
+		"$JS.API.STREAM.MSG.DELETE.KV_" + jsBucket, // one write
+		"$KV." + jsBucket + "." + jsPublishKey,     // the publisher lease
+		"$KV." + jsBucket + "." + jsStateKey,       // the aggregate key
+	} {
+		require.NoError(t, c.nc.Publish(subject, []byte("not json")))
+		select {
+		case err := <-asyncErrs:
+			require.ErrorIs(t, err, nats.ErrPermissionViolation, subject)
+		case <-time.After(messageTimeout):
+			require.FailNow(t, "no permissions violation", "for %s within %v", subject, messageTimeout)
+		}
+	}
+	assert.Equal(t, acked, c.requireState(s), "the state after the refused writes")
+}

@@ -1,12 +1,9 @@
 package flowstate_test
 
 import (
-	"testing"
-
-	"github.com/stretchr/testify/require"
+	"maps"
 
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 )
 
 type (
@@ -14,74 +11,15 @@ type (
 	times = map[flowstate.FlowID]int64  // a last_exec_time_map or start_time_map
 )
 
-// newManager returns a Manager over a fresh in-memory store, and the store.
-func newManager(tb testing.TB, opts flowstate.Options) (*flowstate.Manager, *kv.Memory) {
-	tb.Helper()
-	store := kv.NewMemory()
-	return flowstate.NewManager(store, opts), store
-}
-
-// merge applies a report and fails the test on error.
-func merge(tb testing.TB, m *flowstate.Manager, nodeID uint64, v flowstate.FlowStateValue) flowstate.MergeResult {
-	tb.Helper()
-	res, err := m.Merge(tb.Context(), nodeID, v)
-	require.NoError(tb, err, "merge report of node %d", nodeID)
-	return res
-}
-
-// get returns the aggregate and its version and fails the test on error.
-func get(tb testing.TB, m *flowstate.Manager) (flowstate.FlowStateValue, flowstate.Version) {
-	tb.Helper()
-	v, ver, err := m.Get(tb.Context())
-	require.NoError(tb, err)
-	return v, ver
-}
-
-// flush writes the aggregate key and fails the test on error.
-func flush(tb testing.TB, m *flowstate.Manager) {
-	tb.Helper()
-	require.NoError(tb, m.Flush(tb.Context()))
-}
-
-// state is the seed's test helper: a value with only last_exec_time_map.
-func state(lastExecTimeMap map[flowstate.FlowID]int64) flowstate.FlowStateValue {
-	return flowstate.FlowStateValue{
-		StateSize:       map[flowstate.FlowID]uint64{},
-		LastExecTimeMap: lastExecTimeMap,
-		StartTimeMap:    map[flowstate.FlowID]int64{},
-	}
-}
-
-// value builds a FlowStateValue; nil maps become empty ones so that values
-// compare equal to what DecodeValue and Get return.
-func value(sizes map[flowstate.FlowID]uint64, lastExec, start map[flowstate.FlowID]int64) flowstate.FlowStateValue {
-	if sizes == nil {
-		sizes = map[flowstate.FlowID]uint64{}
-	}
-	if lastExec == nil {
-		lastExec = map[flowstate.FlowID]int64{}
-	}
-	if start == nil {
-		start = map[flowstate.FlowID]int64{}
-	}
-	return flowstate.FlowStateValue{StateSize: sizes, LastExecTimeMap: lastExec, StartTimeMap: start}
-}
-
-// storedValue decodes the value stored under key, which must exist.
-func storedValue(tb testing.TB, store *kv.Memory, key string) flowstate.FlowStateValue {
-	tb.Helper()
-	raw, ok := store.Dump()[key]
-	require.True(tb, ok, "key %q is not stored", key)
-	v, err := flowstate.DecodeValue(raw)
-	require.NoError(tb, err, "decode the value of %q: %s", key, raw)
+// value builds a FlowStateValue whose maps are never nil, so that values
+// compare equal to what DecodeValue returns.
+func value(s sizes, lastExec, start times) flowstate.FlowStateValue {
+	v := flowstate.ValueOf(nil)
+	maps.Copy(v.StateSize, s)
+	maps.Copy(v.LastExecTimeMap, lastExec)
+	maps.Copy(v.StartTimeMap, start)
 	return v
 }
 
-// storedKeys returns the keys of the store's dump.
-func storedKeys(store *kv.Memory) []string {
-	var keys []string
-	for k := range store.Dump() {
-		keys = append(keys, k)
-	}
-	return keys
-}
+// encode is the stored form of v.
+func encode(v flowstate.FlowStateValue) []byte { return flowstate.AppendJSON(nil, v.Flows()) }

@@ -61,12 +61,6 @@ func appendKey(dst []byte, id FlowID, first bool) []byte {
 	return append(dst, `":`...)
 }
 
-// Encode returns the stored (serde_json) form of v, as the seed's
-// try_as_raw_value does.
-func (v FlowStateValue) Encode() []byte {
-	return AppendJSON(nil, v.Flows())
-}
-
 // DecodeValue parses the stored (serde_json) form of a value, as the seed's
 // try_from_raw_value does. As with serde's derive: field names match exactly,
 // unknown fields are ignored, start_time_map may be absent (legacy values) and

@@ -18,6 +18,13 @@ type FlowStateValue struct {
 	StartTimeMap    map[FlowID]int64
 }
 
+// Version names a state: the epoch of its lineage and its revision within it.
+// Revision 0 means that no report has been merged in this epoch.
+type Version struct {
+	Epoch    string
+	Revision uint64
+}
+
 // Fields says which of a Flow's three values are present.
 type Fields uint8
 
@@ -116,9 +123,4 @@ func (v FlowStateValue) Equal(w FlowStateValue) bool {
 	return maps.Equal(v.StateSize, w.StateSize) &&
 		maps.Equal(v.LastExecTimeMap, w.LastExecTimeMap) &&
 		maps.Equal(v.StartTimeMap, w.StartTimeMap)
-}
-
-// IsEmpty reports whether v holds no flow.
-func (v FlowStateValue) IsEmpty() bool {
-	return len(v.StateSize) == 0 && len(v.LastExecTimeMap) == 0 && len(v.StartTimeMap) == 0
 }

@@ -1,20 +1,19 @@
-// Package kv defines the key-value store that the flow state manager keeps its
-// keys in, and two in-memory implementations of it: Memory, which one process
-// owns, and SharedMemory, a shared store for tests of what several processes do.
-// The store on a NATS JetStream key-value bucket, which several workers share,
-// is in package kv/jetstream, so that this package and the domain do not link
-// nats.go.
+// Package kv defines the key-value store that workers share (Shared), and
+// SharedMemory, an in-memory implementation of it for tests of what several
+// processes do. The store on a NATS JetStream key-value bucket is in package
+// kv/jetstream, so that this package and the domain do not link nats.go. A
+// worker that alone holds its state (--kv memory) keeps no store: its state
+// is package state's Manager.
 //
 // The interface follows how GreptimeDB's FlowStateManager uses its KvBackend:
-// get, put, range over a prefix, delete and clear. Two things are added so that
-// a store shared by several processes (a NATS JetStream key-value bucket) fits
-// behind the same interface:
+// get, put and delete. Two things are added so that a store shared by several
+// processes (a NATS JetStream key-value bucket) fits behind it:
 //
 //   - Every write returns a Revision: the sequence number the store gave it,
 //     and the epoch of the store it landed in. Sequence numbers only grow.
 //   - The epoch names the store's lineage. It changes whenever the store starts
-//     over empty (Clear, or a bucket that was deleted and created again), so a
-//     caller that caches what it wrote can tell that its cache is stale.
+//     over empty (a purge, or a bucket that was deleted and created again), so
+//     a caller that caches what it wrote can tell that its cache is stale.
 //
 // A store that several processes share offers more (Shared): conditional
 // writes (Conditional, where the revision is the lock across processes), an
@@ -25,6 +24,7 @@
 // (Run) and every Shared store (RunShared) passes.
 //
 // It owns the interfaces and the in-memory stores only: what the keys mean
-// is package flowstate's, the publisher lease package lease's, and nats.go
-// package kv/jetstream's. It imports nothing but the standard library.
+// is package state's (the values' stored form package flowstate's), the
+// publisher lease package lease's, and nats.go package kv/jetstream's. It
+// imports nothing but the standard library.
 package kv

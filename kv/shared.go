@@ -9,7 +9,7 @@ import (
 
 // What a store shared by several processes offers beyond Store. The
 // JetStream store (package kv/jetstream) and SharedMemory implement all of
-// it; Memory, which one process owns, needs none of it.
+// it.
 
 // ErrUnavailable is wrapped by the errors of a shared store that cannot be
 // reached or cannot take writes at the moment (no quorum, bucket or server

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 )
@@ -20,6 +18,9 @@ var errDown = errors.New("made unavailable by SetUnavailable")
 type SharedMemoryOptions struct {
 	// Now is the store's clock, which stamps Event.Time; time.Now if nil.
 	Now func() time.Time
+	// MaxValue, if positive, is the largest value the store takes, as a
+	// NATS server's max payload: a larger write fails with ErrTooLarge.
+	MaxValue int
 }
 
 // SharedMemory is a Shared store held in process memory: what a NATS
@@ -39,7 +40,8 @@ type SharedMemoryOptions struct {
 // LoseAcks stores writes but answers them with ErrUnavailable, and
 // StallWatches holds every watch back until ResumeWatches.
 type SharedMemory struct {
-	now func() time.Time
+	now      func() time.Time
+	maxValue int
 
 	mu      sync.Mutex              // guards every field below
 	entries map[string]*sharedEntry // each key's last write, deletions included
@@ -74,10 +76,11 @@ func NewSharedMemory(opts SharedMemoryOptions) *SharedMemory {
 		opts.Now = time.Now
 	}
 	return &SharedMemory{
-		now:     opts.Now,
-		entries: make(map[string]*sharedEntry),
-		epoch:   NewEpoch(),
-		changed: make(chan struct{}),
+		now:      opts.Now,
+		maxValue: opts.MaxValue,
+		entries:  make(map[string]*sharedEntry),
+		epoch:    NewEpoch(),
+		changed:  make(chan struct{}),
 	}
 }
 
@@ -153,26 +156,16 @@ func (s *SharedMemory) Get(_ context.Context, key string) (Entry, error) {
 	return Entry{Key: key, Value: clone(e.value), Revision: e.seq}, nil
 }
 
-// Range implements Store.
-func (s *SharedMemory) Range(_ context.Context, prefix string) ([]Entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.availableLocked("range " + prefix); err != nil {
-		return nil, err
-	}
-	var out []Entry
-	for k, e := range s.entries {
-		if !e.deleted && strings.HasPrefix(k, prefix) {
-			out = append(out, Entry{Key: k, Value: clone(e.value), Revision: e.seq})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
 // Put implements Store.
 func (s *SharedMemory) Put(_ context.Context, key string, value []byte) (Revision, error) {
 	return s.write("put", key, value, false, nil)
+}
+
+// PutAsync is Put, answered by done before it returns: a store whose puts
+// never wait, for a replica that sends its writes without waiting.
+func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, done func(Revision, error)) error {
+	done(s.Put(ctx, key, value))
+	return nil
 }
 
 // Delete implements Store. Deleting a missing key writes a deletion too.
@@ -196,6 +189,9 @@ func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condi
 	defer s.mu.Unlock()
 	if err := s.availableLocked(what); err != nil {
 		return Revision{}, err
+	}
+	if s.maxValue > 0 && len(value) > s.maxValue {
+		return Revision{}, fmt.Errorf("%w: %s: %d bytes, past %d", ErrTooLarge, what, len(value), s.maxValue)
 	}
 	if cond != nil {
 		var last uint64
@@ -232,9 +228,9 @@ func (s *SharedMemory) compactLocked() {
 	s.order = slices.DeleteFunc(s.order, func(w sharedWrite) bool { return s.entries[w.key].seq != w.seq })
 }
 
-// Clear implements Store: it removes every key, deletions included, and
-// starts a new epoch; every watch starts over. Sequence numbers keep
-// growing.
+// Clear wipes the store, as an operator who purges a bucket does: it
+// removes every key, deletions included, and starts a new epoch; every
+// watch starts over. Sequence numbers keep growing.
 func (s *SharedMemory) Clear(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -355,4 +351,8 @@ func (s *SharedMemory) waitLocked(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+func clone(b []byte) []byte {
+	return append(make([]byte, 0, len(b)), b...)
 }

@@ -10,9 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // TestSubcommandsAuthenticateFromTheEnvironment runs send and get against a
@@ -22,7 +21,7 @@ func TestSubcommandsAuthenticateFromTheEnvironment(t *testing.T) {
 	srv := natstest.Start(t, &server.Options{Username: "ops", Password: "s3cret"})
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("ops", "s3cret"))
 	require.NoError(t, err)
-	w, err := consumer.New(nc, flowstate.NewManager(kv.NewMemory(), flowstate.Options{}), consumer.Config{})
+	w, err := consumer.New(nc, state.NewManager(state.Options{}), consumer.Config{})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	t.Cleanup(func() {

@@ -16,7 +16,7 @@ worker get prints the flow state that a running worker serves: one line per
 flow (its id, state size, last execution and start times in UTC, and the
 uptime between them), then the state's epoch and revision. With --json it
 prints exactly the serde_json bytes GreptimeDB stores for FlowStateValue, and
-a newline.`, `
+a newline, for a state of any size (rendered from a chunked snapshot).`, `
 worker get
 worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size`)
 	asJSON := c.fs.Bool("json", false, "print the aggregate's JSON bytes from the worker instead of a table")
@@ -34,7 +34,7 @@ worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size`)
 		if err != nil {
 			return c.errorf(stderr, "%v", err)
 		}
-		if _, err := fmt.Fprintf(stdout, "%s\n", body); err != nil {
+		if _, err := stdout.Write(append(body, '\n')); err != nil {
 			return c.errorf(stderr, "%v", err)
 		}
 		return 0

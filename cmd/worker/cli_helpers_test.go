@@ -14,9 +14,8 @@ import (
 
 	"github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // cliWait bounds every wait of the subcommand tests.
@@ -35,7 +34,7 @@ func startTestWorker(tb testing.TB, srv *server.Server, cfg consumer.Config) {
 	tb.Helper()
 	nc, err := nats.Connect(srv.ClientURL(), nats.Name("test-worker"))
 	require.NoError(tb, err)
-	w, err := consumer.New(nc, flowstate.NewManager(kv.NewMemory(), flowstate.Options{}), cfg)
+	w, err := consumer.New(nc, state.NewManager(state.Options{}), cfg)
 	require.NoError(tb, err)
 	require.NoError(tb, w.Start())
 	tb.Cleanup(func() {

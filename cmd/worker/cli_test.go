@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,6 +17,7 @@ import (
 	"github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -80,6 +82,34 @@ func TestGetJSONPrintsTheWorkersBytesAndANewline(t *testing.T) {
 	assert.Equal(t, `{"state_size":{"2":2048,"10":1},"last_exec_time_map":{"2":1700000000000},"start_time_map":{}}`+"\n", stdout)
 }
 
+// TestGetJSONPrintsAStateLargerThanOneMessage: past the server's max
+// payload the worker's single-message JSON answers 413, and get --json
+// still prints the seed's exact bytes, rendered from a chunked snapshot.
+func TestGetJSONPrintsAStateLargerThanOneMessage(t *testing.T) {
+	srv := natstest.Start(t, &server.Options{MaxPayload: 8192})
+	startTestWorker(t, srv, consumer.Config{})
+	c := testClient(t, srv, "flow")
+	var flows []flowstate.Flow
+	for node := range uint64(10) {
+		var report []flowstate.Flow
+		for k := range flowstate.FlowID(30) {
+			report = append(report, flow(flowstate.FlowID(node)*100+k, 1<<20, 1700000000000, 1690000000000, all))
+		}
+		sendFlows(t, c, node, report...)
+		flows = append(flows, report...)
+	}
+	_, _, err := c.GetJSONSingle(bounded(t))
+	var se *client.ServiceError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, 413, se.Code)
+
+	code, stdout, stderr := runCLI(t, noEnv, "get", "--json", "--nats-url", srv.ClientURL())
+	require.Equal(t, 0, code, stderr)
+	want := string(flowstate.AppendJSON(nil, flows)) + "\n"
+	require.Greater(t, len(want), 8192)
+	assert.Equal(t, want, stdout)
+}
+
 func TestSubcommandsTakeURLAndPrefixFromTheEnvironmentAndFlagsWin(t *testing.T) {
 	srv := startTestServer(t)
 	startTestWorker(t, srv, consumer.Config{Prefix: "staging.flow"})
@@ -128,7 +158,7 @@ func TestSendPrintsTheRevisionTheReportWasAppliedAt(t *testing.T) {
 	assert.Regexp(t, `^applied at revision \d+, epoch `+s.Epoch+"\n$", stdout)
 	s, err = c.Get(bounded(t))
 	require.NoError(t, err)
-	assert.True(t, s.Value.IsEmpty())
+	assert.Empty(t, s.Value.Flows())
 }
 
 func TestSendNoAckPublishesTheReport(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // Config is the worker's configuration: PROTOCOL.md's command line.
@@ -257,8 +257,8 @@ func (c *Config) checkDeadLetter() error {
 }
 
 // limits are the state's capacity limits.
-func (c *Config) limits() flowstate.Limits {
-	return flowstate.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows}
+func (c *Config) limits() state.Limits {
+	return state.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows}
 }
 
 // jetStreamConfig is the part of c that configures the JetStream store.

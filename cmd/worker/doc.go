@@ -6,7 +6,7 @@
 // environment and usage system of the daemon and of every subcommand
 // (flags.go, usage.go), credentials checked once (auth.go), the
 // configuration and its validation, the choice of store (an in-memory
-// flowstate.Manager, or a flowstate.Replica on a JetStream bucket of package
+// state.Manager, or a state.Replica on a JetStream bucket of package
 // kv/jetstream), the embedded NATS server (the only place one is started
 // outside tests), the /metrics, /healthz and /readyz HTTP server (ready.go:
 // the connection, the store's writes, the prefix check), signals and the
@@ -24,5 +24,6 @@
 //
 // It does not own the wire (package protocol, codec), the NATS edge (package
 // consumer: intake, replies, publishing), the state and its rules (package
-// flowstate) or the store (package kv).
+// state; the value and its stored form, package flowstate) or the store
+// (package kv).
 package main

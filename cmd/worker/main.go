@@ -15,9 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -70,14 +69,14 @@ type Main struct {
 	prefix  *prefixWatch
 	srv     *server.Server
 	nc      *natsConn
-	storeNC *natsConn // --kv jetstream: the store's own connection
+	storeNC *natsConn        // --kv jetstream: the store's own connection
+	js      *jetstream.Store // --kv jetstream: the bucket; nil with --kv memory
+	replica *state.Replica   // --kv jetstream: the state; nil with --kv memory
+	state   consumer.State   // the state the worker serves, in either mode
 	worker  *consumer.Worker
-	store   kv.Store
-	state   consumer.State     // the state the worker serves
-	mgr     *flowstate.Replica // with a shared store, or nil
 	metrics *metricsServer
 
-	workerRef   atomic.Pointer[consumer.Worker] // the worker, for the replica's OnChange
+	workerRef   atomic.Pointer[consumer.Worker] // the worker once started, for ready (another goroutine)
 	replicaStop context.CancelFunc              // ends the replica's Run; nil if none
 	replicaDone chan error                      // receives the replica's Run's result, and keeps it
 
@@ -129,19 +128,15 @@ func (m *Main) Open() error {
 	if err := m.checkPrefix(); err != nil {
 		return err
 	}
-	mgr, err := m.openState(func() (*natsConn, error) {
-		return connect(url, inProcess, auth, m.Config.Prefix, m.Log.With(slog.String("conn", "store")), storeConnOptions...)
-	})
-	if err != nil {
-		return err
-	}
 	ccfg := m.Config.consumerConfig()
 	ccfg.Version, ccfg.Logger, ccfg.Metadata = version, m.Log, m.prefix.self.metadata()
 	latency := newMergeLatency()
 	if m.Config.MetricsAddr != "" {
 		ccfg.OnApplied = func(d time.Duration) { latency.Observe(d.Seconds()) }
 	}
-	w, err := consumer.New(nc.Conn, mgr, ccfg)
+	w, err := m.openState(ccfg, func() (*natsConn, error) {
+		return connect(url, inProcess, auth, m.Config.Prefix, m.Log.With(slog.String("conn", "store")), storeConnOptions...)
+	})
 	if err != nil {
 		return err
 	}
@@ -151,9 +146,6 @@ func (m *Main) Open() error {
 	m.worker = w
 	m.workerRef.Store(w)
 	m.prefix.self.service = w.ServiceID()
-	if m.mgr != nil {
-		w.Changed() // a change the replica signalled before the worker existed
-	}
 	if m.Config.MetricsAddr != "" {
 		reg := newRegistry(m.newStatsCollector(w), latency)
 		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, m.ready, m.Config.PProf, m.Log)
@@ -205,8 +197,8 @@ func (m *Main) watchConn(ctx context.Context) error {
 			return nil
 		case <-up:
 			up = nil
-			epoch, _ := m.store.Epoch(ctx)
-			m.Log.Info("serving", slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV), slog.String("epoch", epoch))
+			v, _ := m.state.Version(ctx)
+			m.Log.Info("serving", slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV), slog.String("epoch", v.Epoch))
 		case <-m.nc.closed:
 			return errors.New("NATS connection closed unexpectedly")
 		case err := <-m.nc.fatal:
@@ -219,8 +211,7 @@ func (m *Main) watchConn(ctx context.Context) error {
 // availability and the publisher lease; with --metrics-flows, the largest
 // flows of the state.
 func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
-	js, _ := m.store.(*jetstream.Store)
-	c := newStatsCollector(w, m.nc.Conn, js, m.mgr)
+	c := newStatsCollector(w, m.nc.Conn, m.js, m.replica)
 	c.events = watchNATS(m.nc.Conn, m.srv)
 	c.readiness, c.prefix = m.ready, m.prefix
 	if m.Config.MetricsFlows > 0 {

@@ -5,8 +5,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // statsCollector exposes a worker's counters and its connection's state as
@@ -14,11 +14,11 @@ import (
 type statsCollector struct {
 	worker *consumer.Worker
 	nc     *nats.Conn
-	js     *jetstream.Store   // nil unless --kv jetstream
-	mgr    *flowstate.Replica // with a shared store, or nil
-	events *natsEvents        // the connection's disconnections, or nil
-	flowsC *flowsCollector    // per-flow metrics (--metrics-flows), or nil
-	prefix *prefixWatch       // the other workers of the prefix, or nil
+	js     *jetstream.Store // nil unless --kv jetstream
+	mgr    *state.Replica   // with a shared store, or nil
+	events *natsEvents      // the connection's disconnections, or nil
+	flowsC *flowsCollector  // per-flow metrics (--metrics-flows), or nil
+	prefix *prefixWatch     // the other workers of the prefix, or nil
 	// readiness is what /readyz answers from; nil: the worker's own.
 	readiness func() error
 
@@ -29,6 +29,8 @@ type statsCollector struct {
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
+	storeRefused, aggregateKeyCurrent  *prometheus.Desc
+	aggregateJSONBytes                 *prometheus.Desc
 	ready, disconnects, slowDropped    *prometheus.Desc
 	deltas, deltaResyncs, deltaBytes   *prometheus.Desc
 	chunkedGets, chunksSent            *prometheus.Desc
@@ -36,45 +38,48 @@ type statsCollector struct {
 	prefixUnknown                      *prometheus.Desc
 }
 
-func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *flowstate.Replica) *statsCollector {
+func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *state.Replica) *statsCollector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
 	return &statsCollector{
-		worker:          w,
-		nc:              nc,
-		js:              js,
-		mgr:             mgr,
-		received:        d("reports_received_total", "Heartbeat messages taken from the subscription."),
-		applied:         d("reports_applied_total", "Reports merged into the state."),
-		acked:           d("acks_total", "Acknowledgements sent for reports sent as requests."),
-		rejected:        d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
-		published:       d("publishes_total", "Aggregates published on the state subject."),
-		publishErrors:   d("publish_errors_total", "Aggregates that could not be published."),
-		gets:            d("gets_total", "Get requests answered with the aggregate."),
-		getErrors:       d("get_errors_total", "Get requests answered with an error."),
-		dropped:         d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
-		connected:       d("nats_connected", "1 while the NATS connection is up."),
-		reconnects:      d("nats_reconnects_total", "NATS reconnections."),
-		info:            d("build_info", "The worker's version.", "version"),
-		evicted:         d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
-		revision:        d("revision", "Current revision of the state."),
-		nodes:           d("nodes", "Nodes in the aggregate."),
-		flows:           d("flows", "Flows in the aggregate."),
-		aggregateBytes:  d("aggregate_bytes", "Size of the last msgpack encoding of the aggregate."),
-		storeAvailable:  d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
-		publisher:       d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
-		ready:           d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
-		disconnects:     d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
-		deltas:          d("deltas_published_total", "Deltas published on the delta subject (protocol v2), resync deltas included."),
-		deltaResyncs:    d("delta_resyncs_total", "Resync deltas published: deltas that tell clients to take a snapshot."),
-		deltaBytes:      d("delta_bytes", "Body size of the last delta published."),
-		chunkedGets:     d("chunked_gets_total", "Get requests answered in chunks (Flow-State-Chunks: 1)."),
-		chunksSent:      d("chunks_sent_total", "Chunks sent answering chunked gets."),
-		prefixConflict:  d("prefix_conflict", "1 while the last look found a worker of this prefix with another state (a memory worker, or another bucket)."),
-		prefixConflicts: d("prefix_conflicts_total", "Workers of this prefix with another state found, each counted once."),
-		prefixUnknown:   d("prefix_unknown_workers", "Workers of this prefix that do not say which state they serve (older versions), at the last look."),
-		slowDropped:     d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
+		worker:              w,
+		nc:                  nc,
+		js:                  js,
+		mgr:                 mgr,
+		received:            d("reports_received_total", "Heartbeat messages taken from the subscription."),
+		applied:             d("reports_applied_total", "Reports merged into the state."),
+		acked:               d("acks_total", "Acknowledgements sent for reports sent as requests."),
+		rejected:            d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
+		published:           d("publishes_total", "Aggregates published on the state subject."),
+		publishErrors:       d("publish_errors_total", "Aggregates that could not be published."),
+		gets:                d("gets_total", "Get requests answered with the aggregate."),
+		getErrors:           d("get_errors_total", "Get requests answered with an error."),
+		dropped:             d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
+		connected:           d("nats_connected", "1 while the NATS connection is up."),
+		reconnects:          d("nats_reconnects_total", "NATS reconnections."),
+		info:                d("build_info", "The worker's version.", "version"),
+		evicted:             d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
+		revision:            d("revision", "Current revision of the state."),
+		nodes:               d("nodes", "Nodes in the aggregate."),
+		flows:               d("flows", "Flows in the aggregate."),
+		aggregateBytes:      d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
+		storeAvailable:      d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
+		publisher:           d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
+		aggregateKeyCurrent: d("aggregate_key_current", "On the publisher of a shared bucket (--kv jetstream): 1 while __flow/state holds the aggregate, 0 while it is deleted because the aggregate's JSON does not fit the connection's max payload."),
+		aggregateJSONBytes:  d("aggregate_json_bytes", "On the publisher of a shared bucket (--kv jetstream): the size of the aggregate's JSON (the value of __flow/state) at its last write, whether it fit or not."),
+		storeRefused:        d("store_refused_total", "Values of the shared bucket applied as no value (the node absent), by reason: invalid (not a FlowStateValue), too_many_flows (past --max-flows); and keys under the node prefix ignored: key (--kv jetstream).", "reason"),
+		ready:               d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
+		disconnects:         d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
+		deltas:              d("deltas_published_total", "Deltas published on the delta subject (protocol v2), resync deltas included."),
+		deltaResyncs:        d("delta_resyncs_total", "Resync deltas published: deltas that tell clients to take a snapshot."),
+		deltaBytes:          d("delta_bytes", "Body size of the last delta published."),
+		chunkedGets:         d("chunked_gets_total", "Get requests answered in chunks (Flow-State-Chunks: 1)."),
+		chunksSent:          d("chunks_sent_total", "Chunks sent answering chunked gets."),
+		prefixConflict:      d("prefix_conflict", "1 while the last look found a worker of this prefix with another state (a memory worker, or another bucket)."),
+		prefixConflicts:     d("prefix_conflicts_total", "Workers of this prefix with another state found, each counted once."),
+		prefixUnknown:       d("prefix_unknown_workers", "Workers of this prefix that do not say which state they serve (older versions), at the last look."),
+		slowDropped:         d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
 	}
 }
 
@@ -143,7 +148,16 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.storeAvailable, bit(c.js.Available()))
 	}
 	if c.mgr != nil {
-		gauge(c.publisher, bit(c.mgr.Publisher()))
+		current, jsonBytes, publisher := c.mgr.AggregateKey()
+		gauge(c.publisher, bit(publisher))
+		if publisher {
+			gauge(c.aggregateKeyCurrent, bit(current))
+			gauge(c.aggregateJSONBytes, float64(jsonBytes))
+		}
+		refused := c.mgr.StoreRefusals()
+		for _, reason := range []string{state.RefusedInvalid, state.RefusedTooManyFlows, state.RefusedKey} {
+			counter(c.storeRefused, refused[reason], reason)
+		}
 	}
 	c.collectEvents(ch)
 }

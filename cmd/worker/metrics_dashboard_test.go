@@ -84,7 +84,8 @@ func liveMetricNames(tb *testing.T) map[string]bool {
 	require.Equal(tb, "400", msg.Header.Get("Nats-Service-Error-Code"))
 
 	// The per-flow metrics are refreshed once per publish interval.
-	want := []string{"flowstate_flow_state_size_bytes", "flowstate_flow_last_exec_time_seconds", "flowstate_publisher", "flowstate_reports_rejected_total"}
+	want := []string{"flowstate_flow_state_size_bytes", "flowstate_flow_last_exec_time_seconds", "flowstate_publisher", "flowstate_reports_rejected_total",
+		"flowstate_aggregate_key_current"} // once it is the publisher
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		_, body := scrape(tb, m.metricsAddr, "/metrics")

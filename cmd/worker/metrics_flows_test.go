@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestLargestFlowsMatchesAFullSort(t *testing.T) {
@@ -52,7 +52,7 @@ func cmpUint(a, b uint64) int {
 
 func TestFlowsCollectorExportsTheLargestFlowsAtThePublishCadence(t *testing.T) {
 	ctx := context.Background()
-	mgr := flowstate.NewManager(kv.NewMemory(), flowstate.Options{})
+	mgr := state.NewManager(state.Options{})
 	merge := func(node uint64, flows ...flowstate.Flow) {
 		t.Helper()
 		_, err := mgr.MergeFlows(ctx, node, flows)

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/flowstate-io/flowstate/kv/jetstream"
 )
 
 // The parts stop in this order (the reverse of their start), within
@@ -57,9 +55,9 @@ func (m *Main) stopWorker(ctx context.Context) error {
 // worker and closes the store.
 func (m *Main) stopState(ctx context.Context) error {
 	err := m.stopReplica(ctx)
-	if js, ok := m.store.(*jetstream.Store); ok {
-		js.Close()
-		m.store = nil
+	if m.js != nil {
+		m.js.Close()
+		m.js = nil
 	}
 	if m.storeNC != nil {
 		m.storeNC.closing.Store(true)

@@ -4,31 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // jetStreamStartTimeout bounds the wait for JetStream at start-up.
 const jetStreamStartTimeout = 15 * time.Second
 
-// openState returns the state of the configured backend: a Manager on an
-// in-memory store, or a Replica of a JetStream bucket that the workers
-// share, on a connection of its own that dial makes (storeConnOptions).
-// The Replica runs from here, so that its watch has read the bucket
-// before the worker serves, until stopState.
-func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error) {
+// openState builds the state of the configured backend and the worker that
+// serves it, with ccfg: a Manager that this worker alone holds (--kv
+// memory), or a Replica of a JetStream bucket that the workers share, on a
+// connection of its own that dial makes (storeConnOptions).
+func (m *Main) openState(ccfg consumer.Config, dial func() (*natsConn, error)) (*consumer.Worker, error) {
 	if m.Config.KV != "jetstream" {
-		m.store = kv.NewMemory()
-		m.state = flowstate.NewManager(m.store, flowstate.Options{
-			DeferAggregateWrite: m.Config.PublishInterval > 0,
-			Limits:              m.Config.limits(),
-		})
-		return m.state, nil
+		mgr := state.NewManager(state.Options{Limits: m.Config.limits()})
+		m.state = mgr
+		return consumer.New(m.nc.Conn, mgr, ccfg)
 	}
+	replica, err := m.openReplica(dial)
+	if err != nil {
+		return nil, err
+	}
+	m.state = replica
+	return consumer.NewShared(m.nc.Conn, replica, ccfg)
+}
+
+// openReplica opens the bucket and runs a Replica of it from here, so that
+// its watch has read the bucket before the worker serves, until stopState.
+func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
 	defer cancel()
 	cfg := m.Config.jetStreamConfig()
@@ -48,16 +55,18 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 	if err != nil {
 		return nil, fmt.Errorf("--kv jetstream: bucket %s: %w", cfg.Bucket, err)
 	}
-	m.store = js
+	m.js = js
 	m.storeReady = storeReadiness(snc, js.Available)
-	replica, err := flowstate.NewReplica(js, flowstate.ReplicaOptions{
-		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), OnChange: m.stateChanged, Window: m.Config.KVWindow,
+	m.warnAggregateSize(snc.MaxPayload())
+	replica, err := state.NewReplica(js, state.ReplicaOptions{
+		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), Window: m.Config.KVWindow,
+		MaxReportFlows: m.Config.MaxFlows,
 	})
 	if err != nil {
 		return nil, err
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	m.mgr, m.state, m.replicaStop, m.replicaDone = replica, replica, stop, make(chan error, 1)
+	m.replica, m.replicaStop, m.replicaDone = replica, stop, make(chan error, 1)
 	go func() { m.replicaDone <- replica.Run(runCtx) }()
 	if err := replica.WaitLoaded(ctx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -68,11 +77,23 @@ func (m *Main) openState(dial func() (*natsConn, error)) (consumer.State, error)
 	return replica, nil
 }
 
-// stateChanged is the replica's OnChange: the worker publishes.
-func (m *Main) stateChanged() {
-	if w := m.workerRef.Load(); w != nil {
-		w.Changed()
+// jsonBytesPerFlow is about what one flow with its three fields takes in
+// the aggregate's JSON (flowstate.AppendJSON): its id three times, a state
+// size and two unix-millisecond times.
+const jsonBytesPerFlow = 80
+
+// warnAggregateSize warns when --max-total-flows lets the aggregate's JSON,
+// the value of __flow/state, outgrow the server's max payload: the
+// publisher then deletes the key until the aggregate fits again.
+func (m *Main) warnAggregateSize(maxPayload int64) {
+	fits := maxPayload / jsonBytesPerFlow
+	limit := int64(m.Config.MaxTotalFlows)
+	if limit > 0 && limit <= fits {
+		return
 	}
+	m.Log.Warn("the aggregate's JSON can outgrow one NATS message: past about this many flows __flow/state is deleted until it fits again; "+
+		"raise max_payload in the nats-server configuration (up to 64 MB), or lower --max-total-flows",
+		slog.Int64("flows", fits), slog.Int64("max_payload", maxPayload), slog.Int64("max_total_flows", limit))
 }
 
 // watchReplica is the replica's actor: it fails the group if the replica
@@ -111,5 +132,5 @@ func (m *Main) stopReplica(ctx context.Context) error {
 	}
 }
 
-// The JetStream store takes the replica's writes in flight.
-var _ flowstate.AsyncPutter = (*jetstream.Store)(nil)
+// The JetStream store is what a replica follows.
+var _ state.Store = (*jetstream.Store)(nil)

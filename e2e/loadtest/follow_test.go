@@ -30,13 +30,15 @@ func TestFollowTargetComparesDeltasWithFullUpdates(t *testing.T) {
 
 func TestSnapshotTargetNeedsEveryFlow(t *testing.T) {
 	get := getCost{elapsed: time.Second, workerCPU: 360 * time.Millisecond, chunks: 36}
-	all := []runResult{{snapshot: &snapshotResult{flows: 1_000_000, first: get, next: get, cli: get}}}
+	all := []runResult{{snapshot: &snapshotResult{flows: 1_000_000, first: get, next: get, cli: get, json: get, jsonExact: true}}}
 	ts := snapshotTargets(func(string) []runResult { return all })
 	require.Len(t, ts, 1)
 	assert.Equal(t, "met", ts[0].verdict, ts[0].detail)
 	assert.Contains(t, ts[0].detail, "worker CPU 10.0ms/chunk")
-	short := []runResult{{snapshot: &snapshotResult{flows: 999_999, first: get}}}
+	short := []runResult{{snapshot: &snapshotResult{flows: 999_999, first: get, jsonExact: true}}}
 	assert.Equal(t, "missed", snapshotTargets(func(string) []runResult { return short })[0].verdict)
+	wrongJSON := []runResult{{snapshot: &snapshotResult{flows: 1_000_000, first: get, next: get, cli: get, json: get}}}
+	assert.Equal(t, "missed", snapshotTargets(func(string) []runResult { return wrongJSON })[0].verdict, "worker get --json printed other bytes")
 }
 
 func TestAFollowChildWantsAModeAndAURL(t *testing.T) {

@@ -43,6 +43,12 @@ var ackedScenarios = []scenario{
 type ackedResult struct {
 	res   loadgen.Result
 	check aggCheck
+	cpu   time.Duration // the workers' user+system CPU time while the reports were sent
+}
+
+// cpuPerAck returns the workers' CPU µs per acknowledged report.
+func (r ackedResult) cpuPerAck() float64 {
+	return float64(r.cpu.Microseconds()) / float64(r.res.Acked)
 }
 
 // runAcked starts the scenario's servers and workers, sends acked reports
@@ -58,12 +64,14 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
+	var pids []int
 	for range b.workers {
 		w, err := startWorker(ctx, lt.bins.Worker, strings.Join(urls, ","), b.workerArgs...)
 		if err != nil {
 			return r, err
 		}
 		defer func() { err = errors.Join(err, lt.stopWorker(w)) }()
+		pids = append(pids, w.pid())
 	}
 	nc, err := connect(urls[0], "loadtest-acked")
 	if err != nil {
@@ -75,12 +83,34 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 	if err != nil {
 		return r, err
 	}
+	cpu0, err := workersCPU(pids)
+	if err != nil {
+		return r, err
+	}
 	r.res = g.Run(ctx)
+	cpu1, err := workersCPU(pids)
+	if err != nil {
+		return r, err
+	}
+	r.cpu = cpu1 - cpu0
 	if err := ctx.Err(); err != nil {
 		return r, err
 	}
 	r.check, err = checkAggregate(ctx, g, 0)
 	return r, err
+}
+
+// workersCPU returns the user plus system CPU time of the workers pids.
+func workersCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		t, err := cpuTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += t
+	}
+	return sum, nil
 }
 
 // startJetStream starts n nats-servers with JetStream, each with a store

@@ -71,7 +71,7 @@ var columns = []column{
 	{"applied/s", appliedRate, count},
 	{"applied/raw", appliedOfRaw, func(x float64) string { return fmt.Sprintf("%.2f", x) }},
 	{"dropped", droppedShare, pct},
-	{"CPU µs/rep", ingestMetric(ingestResult.cpuPerReport), func(x float64) string { return fmt.Sprintf("%.2f", x) }},
+	{"CPU µs/rep", cpuPerReport, func(x float64) string { return fmt.Sprintf("%.2f", x) }},
 	{"worker CPU", workerCPU, pct},
 	{"others", others, pct},
 	{"ack p50", ackP50, durF},
@@ -81,6 +81,15 @@ var columns = []column{
 	{"RSS MB", rss, mbF},
 	{"peak RSS MB", peak, mbF},
 	{"exact", exact, yesNo},
+}
+
+// cpuPerReport is the workers' CPU per applied report, or per acked report
+// in an acked scenario.
+func cpuPerReport(r runResult) float64 {
+	if r.acked != nil {
+		return r.acked.cpuPerAck()
+	}
+	return ingestMetric(ingestResult.cpuPerReport)(r)
 }
 
 func ingestMetric(f func(ingestResult) float64) func(runResult) float64 {
@@ -171,7 +180,8 @@ func printSummary(w io.Writer, cfg config, natsVersion string, results []scenari
 raw: a counting queue subscriber, no worker. applied: reports the worker applied (its /metrics) per second,
 from the first publish to the ack of a report sent after the last one. dropped: share of the reports that
 reached the worker's connection and were dropped as a slow consumer. CPU: the worker's utime+stime per applied
-report; worker CPU: that CPU time over the elapsed time (100% = one core); others: the share of the machine's
+report (acked scenarios: of every worker, per acked report); worker CPU: that CPU time over the elapsed time
+(100% = one core); others: the share of the machine's
 CPU that other processes used meanwhile (noise). ack: reports sent as requests during the ingest (under a
 flood, the backlog's queueing time).
 RSS: VmRSS at the end of the run; peak: VmHWM. MB = 2^20 bytes. exact: the final aggregate is each node's

@@ -1,13 +1,15 @@
 package main
 
-// The snapshot scenario measures issue 12's large state: 1,000,000 flows
-// (100 nodes x 10,000 flows) read with nats-server's default 1 MB max
-// payload, by client.Get (chunked gets) and by `worker get`, timing each
-// and the worker's CPU per chunk sent. The first get of a state splits and
+// The snapshot scenario measures a large state: 1,000,000 flows (100
+// nodes x 10,000 flows) read with nats-server's default 1 MB max payload,
+// by client.Get (chunked gets), by `worker get` and by `worker get --json`
+// (the seed's JSON, rendered from chunks), timing each, the worker's CPU
+// per chunk sent, and the peak RSS of `worker get --json`. The first get of a state splits and
 // encodes it; a get of the same state again sends the chunks it kept. Not
 // in --scenarios all; run it with --scenarios snapshot.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/loadgen"
 )
 
@@ -47,6 +50,9 @@ type snapshotResult struct {
 	flows       int     // in the state read
 	first, next getCost // client.Get of a new state, then of the same state
 	cli         getCost // `worker get`, its table discarded
+	json        getCost // `worker get --json`
+	jsonRSS     uint64  // its peak RSS, bytes
+	jsonExact   bool    // it printed the seed's bytes of client.Get's state, and a newline
 	check       aggCheck
 }
 
@@ -96,9 +102,10 @@ func measureSnapshot(ctx context.Context, w *workerProc, workerBin, url string, 
 		c1, err := scrapeChunks(ctx, w.metricsAddr)
 		return getCost{elapsed: elapsed, workerCPU: cpu1 - cpu0, readerCPU: reader, chunks: c1 - c0}, err
 	}
+	var state client.State
 	clientGet := func() (time.Duration, error) {
 		s, err := cl.Get(ctx)
-		r.flows = len(s.Value.StateSize)
+		r.flows, state = len(s.Value.StateSize), s
 		return 0, err
 	}
 	if r.first, err = measure(clientGet); err != nil {
@@ -114,6 +121,23 @@ func measureSnapshot(ctx context.Context, w *workerProc, workerBin, url string, 
 		if err := cmd.Run(); err != nil {
 			return 0, fmt.Errorf("worker get: %w: %.500s", err, stderr.String())
 		}
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
+	})
+	if err != nil {
+		return r, err
+	}
+	r.json, err = measure(func() (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, workerBin, "get", "--json", "--nats-url", url, "--timeout", strconv.Itoa(int(2*requestTimeout/time.Second))+"s")
+		var stdout bytes.Buffer
+		var stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return 0, fmt.Errorf("worker get --json: %w: %.500s", err, stderr.String())
+		}
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			r.jsonRSS = uint64(ru.Maxrss) << 10 // KiB on Linux
+		}
+		r.jsonExact = bytes.Equal(stdout.Bytes(), append(flowstate.AppendJSON(nil, state.Value.Flows()), '\n'))
 		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 	})
 	if err != nil {
@@ -140,8 +164,8 @@ func scrapeChunks(ctx context.Context, addr string) (uint64, error) {
 
 // String is a run's line in the progress log.
 func (r snapshotResult) String() string {
-	return fmt.Sprintf("%d flows; client.Get %s; again %s; worker get %s; aggregate %s",
-		r.flows, r.first, r.next, r.cli, r.check)
+	return fmt.Sprintf("%d flows; client.Get %s; again %s; worker get %s; worker get --json %s, peak RSS %s, exact %t; aggregate %s",
+		r.flows, r.first, r.next, r.cli, r.json, mb(r.jsonRSS), r.jsonExact, r.check)
 }
 
 // snapshotTargets is issue 12's large-state target, when the snapshot
@@ -151,25 +175,26 @@ func snapshotTargets(find func(string) []runResult) []target {
 	if len(runs) == 0 {
 		return nil
 	}
-	t := target{name: "a snapshot of 1,000,000 flows read by client.Get and worker get within a 1 MB max payload", verdict: "met"}
-	var first, next, cli []float64
+	t := target{name: "a snapshot of 1,000,000 flows read by client.Get, worker get and worker get --json within a 1 MB max payload", verdict: "met"}
+	var first, next, cli, json []float64
 	for _, r := range runs {
 		s := r.snapshot
-		if s == nil || s.flows != snapshotScenario.nodes*snapshotScenario.flows {
+		if s == nil || s.flows != snapshotScenario.nodes*snapshotScenario.flows || !s.jsonExact {
 			t.verdict = "missed"
 			continue
 		}
 		first = append(first, s.first.elapsed.Seconds())
 		next = append(next, s.next.elapsed.Seconds())
 		cli = append(cli, s.cli.elapsed.Seconds())
+		json = append(json, s.json.elapsed.Seconds())
 	}
 	if len(first) == 0 {
 		t.detail = "no run read every flow"
 		return []target{t}
 	}
 	last := runs[len(runs)-1].snapshot
-	t.detail = fmt.Sprintf("client.Get %s (again %s; its CPU %s), worker get %s; worker CPU %s/chunk (%s/chunk for a state already split), %d chunks",
+	t.detail = fmt.Sprintf("client.Get %s (again %s; its CPU %s), worker get %s, worker get --json %s (exact, peak RSS %s); worker CPU %s/chunk (%s/chunk for a state already split), %d chunks",
 		durF(spreadOf(first).med), durF(spreadOf(next).med), secs(last.next.readerCPU), durF(spreadOf(cli).med),
-		dur(last.first.cpuPerChunk()), dur(last.next.cpuPerChunk()), last.first.chunks)
+		durF(spreadOf(json).med), mb(last.jsonRSS), dur(last.first.cpuPerChunk()), dur(last.next.cpuPerChunk()), last.first.chunks)
 	return []target{t}
 }

@@ -11,9 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flowstate-io/flowstate/consumer"
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
-	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // waitTimeout bounds every wait of the tests.
@@ -29,7 +28,7 @@ func TestMain(m *testing.M) {
 func startWorker(tb testing.TB, srv *server.Server) {
 	tb.Helper()
 	nc := connect(tb, srv)
-	w, err := consumer.New(nc, flowstate.NewManager(kv.NewMemory(), flowstate.Options{}), consumer.Config{})
+	w, err := consumer.New(nc, state.NewManager(state.Options{}), consumer.Config{})
 	require.NoError(tb, err)
 	require.NoError(tb, w.Start())
 	tb.Cleanup(func() {

@@ -282,9 +282,9 @@ func (a *asyncPuts) close() {
 	a.fail(a.endAll(nil, func(*putSlot) bool { return true }), errStoreClosed, false)
 }
 
-// PutAsync implements flowstate.AsyncPutter: it publishes a put of key to
-// the bucket's stream and calls done with the stream's answer, within
-// OpTimeout. At most Window puts are in flight: it blocks past that, until
+// PutAsync is the put that a state.Replica sends: it publishes a put of
+// key to the bucket's stream and calls done with the stream's answer,
+// within OpTimeout. At most Window puts are in flight: it blocks past that, until
 // ctx ends. Nothing is published while the connection is down or while a
 // probe has not found JetStream back (the error wraps kv.ErrUnavailable):
 // the client's reconnect buffer would store such a put later, after the

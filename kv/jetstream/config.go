@@ -31,7 +31,7 @@ type Config struct {
 	Replicas int    // replicas of a bucket created by the store; 0: 1
 	Storage  string // "memory" (the default) or "file", for a created bucket
 	// EpochKey holds the bucket's epoch; DefaultEpochKey if empty. The store
-	// reserves it: Range does not list it and writes to it are refused.
+	// reserves it: writes to it are refused.
 	EpochKey string
 	// ProbeKey is where the store writes a deletion to find out whether
 	// JetStream takes writes again; DefaultProbeKey if empty. Reserved too.

@@ -6,8 +6,7 @@
 // Keys and values are stored as given: key k is the bucket's key k (subject
 // $KV.<bucket>.k), so `nats kv get <bucket> <key>` shows what was put. Keys
 // are made of letters, digits and - / _ = . (no leading, trailing or double
-// dot); '/' is part of a key, not a separator, so Range lists the bucket and
-// filters by prefix.
+// dot); '/' is part of a key, not a separator.
 //
 // Revisions are the stream's sequence numbers: per key they are the bucket's
 // revisions, and across keys they order every write of every process.
@@ -31,6 +30,9 @@
 // So a worker answers quickly while JetStream is down, and recovers by
 // itself.
 //
+// A write whose value, with its headers, passes the connection's max
+// payload fails with an error wrapping kv.ErrTooLarge; nothing is sent.
+//
 // Server version: conditional writes fenced on another key use the header
 // Nats-Expected-Last-Subject-Sequence-Subject, which stream leaders enforce
 // from nats-server 2.11 (RequiredServerVersion); an older leader ignores
@@ -39,7 +41,7 @@
 // older version, and otherwise after a probe write on the bucket's stream
 // leader (another server, in a cluster in the middle of an upgrade).
 //
-// Writes in flight: PutAsync (flowstate.AsyncPutter) publishes a put
+// Writes in flight: PutAsync (the put of a state.Store) publishes a put
 // without waiting, up to Window at once, and answers each with the
 // stream's acknowledgement or an error within OpTimeout. The puts go out
 // on core NATS with a reply subject per slot of the window under one

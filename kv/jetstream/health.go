@@ -89,7 +89,7 @@ func (s *Store) probe() {
 }
 
 // probeWrite writes a deletion of ProbeKey, which stays the bucket's only
-// message for that key and is not listed by Range.
+// message for that key.
 func (s *Store) probeWrite(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()

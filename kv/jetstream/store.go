@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,6 +287,10 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 		if isWrongLastSequence(err) {
 			return kv.Revision{}, fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err)
 		}
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return kv.Revision{}, fmt.Errorf("%w: %s: %d bytes, past the connection's max payload of %d: %v",
+				kv.ErrTooLarge, what, len(value), s.nc.MaxPayload(), err)
+		}
 		err = s.wrap(what, err)
 		if errors.Is(err, kv.ErrUnavailable) {
 			s.markDown(err)
@@ -297,39 +300,10 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 	return kv.Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil
 }
 
-// Range implements Store. It reads every key's last value with an ordered
-// consumer, so its cost grows with the bucket, not with the prefix.
-func (s *Store) Range(ctx context.Context, prefix string) ([]kv.Entry, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
-	defer cancel()
-	w, err := s.handles().bucket.WatchAll(ctx, natsjs.IgnoreDeletes())
-	if err != nil {
-		return nil, s.wrap("range "+prefix, err)
-	}
-	defer func() { _ = w.Stop() }()
-	var out []kv.Entry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, s.wrap("range "+prefix, ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("%w: range %s: the watch closed", kv.ErrUnavailable, prefix)
-			}
-			if e == nil { // every current value has been delivered
-				slices.SortFunc(out, func(a, b kv.Entry) int { return strings.Compare(a.Key, b.Key) })
-				return out, nil
-			}
-			if strings.HasPrefix(e.Key(), prefix) && e.Key() != s.cfg.EpochKey {
-				out = append(out, kv.Entry{Key: e.Key(), Value: bytes.Clone(e.Value()), Revision: e.Revision()})
-			}
-		}
-	}
-}
-
-// Clear implements Store: it purges the bucket's stream, which removes
-// every key, the epoch key included, and creates a new epoch. Sequence
-// numbers keep growing.
+// Clear wipes the bucket, as an operator who purges it does: it purges the
+// bucket's stream, which removes every key, the epoch key included, then
+// creates a new epoch. Sequence numbers keep growing. Workers never call it;
+// tests and tools do.
 func (s *Store) Clear(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 	defer cancel()

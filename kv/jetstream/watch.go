@@ -3,9 +3,9 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +25,8 @@ var errStartOver = errors.New("jetstream: the watch must start over")
 // key is deleted or changes, when sequence numbers go back (the bucket was
 // recreated), when the periodic read of the epoch key finds it missing or
 // changed (a purge is silent to consumers), or when the consumer gives up.
+// fn runs on Watch's goroutine, which takes the messages from the
+// subscription's queue, where the connection's reader puts them.
 func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 	wait := s.cfg.ProbeInterval
 	for {
@@ -46,22 +48,6 @@ func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 	}
 }
 
-// watchSub is one pass's subscription: its callback hands messages over to
-// the pass's loop, or drops them once the pass is over.
-type watchSub struct {
-	ch     chan *nats.Msg
-	done   chan struct{} // closed when the pass is over
-	closed chan struct{} // closed when the subscription closes
-	once   sync.Once
-}
-
-func (w *watchSub) deliver(m *nats.Msg) {
-	select {
-	case w.ch <- m:
-	case <-w.done:
-	}
-}
-
 // watchPass runs one pass of Watch, from kv.OpReset until it must start over
 // (errStartOver), fails, or ctx ends.
 func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
@@ -73,9 +59,12 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		return err
 	}
 	epoch := ep.name
-	w := &watchSub{ch: make(chan *nats.Msg, 256), done: make(chan struct{}), closed: make(chan struct{})}
-	defer close(w.done)
-	sub, err := s.legacy.Subscribe(s.prefix+">", w.deliver,
+	// A synchronous subscription: the connection's reader puts each
+	// message in its queue, and this loop takes it from there, with no
+	// goroutine in between; the server's flow control is answered as the
+	// loop takes messages, and two missed idle heartbeats recreate the
+	// consumer.
+	sub, err := s.legacy.SubscribeSync(s.prefix+">",
 		nats.BindStream(s.stream),
 		nats.OrderedConsumer(),
 		nats.DeliverLastPerSubject(),
@@ -85,7 +74,6 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		return s.wrap("watch", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	sub.SetClosedHandler(func(string) { w.once.Do(func() { close(w.closed) }) })
 	pending, err := sub.InitialConsumerPending()
 	if err != nil {
 		return s.wrap("watch", err)
@@ -94,63 +82,83 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	// it are below ep.seq: OpReset says so (see kv.OpReset).
 	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch, Seq: ep.seq}})
 
-	var (
-		last   uint64 // sequence number of the last write delivered
-		synced = pending == 0
-		exact  = synced
-	)
-	if synced {
+	p := pass{epoch: epoch, synced: pending == 0}
+	p.exact = p.synced
+	if p.synced {
 		fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch}, Exact: true})
 	}
-	check := time.NewTicker(s.cfg.CheckInterval)
-	defer check.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		// Until the next read of the epoch key (CheckInterval), which a
+		// steady stream of messages does not put off.
+		check, cancel := context.WithTimeout(ctx, s.cfg.CheckInterval)
+		err := s.watchUntil(check, sub, &p, fn)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
 			return ctx.Err()
-		case <-w.closed:
-			return errors.New("jetstream: the watch's consumer closed")
-		case <-check.C:
-			if s.epochChanged(ctx, epoch) {
-				return errStartOver
-			}
-		case m := <-w.ch:
-			meta, err := m.Metadata()
-			if err != nil {
-				continue // not a stream message
-			}
-			seq := meta.Sequence.Stream
-			if seq <= last {
-				s.log.Warn("sequence numbers went back: the bucket was recreated", slog.String("bucket", s.cfg.Bucket),
-					slog.Uint64("revision", seq), slog.Uint64("last", last))
-				return errStartOver
-			}
-			key := strings.TrimPrefix(m.Subject, s.prefix)
-			op := kv.OpPut
-			if isDeletion(m.Header) {
-				op = kv.OpDelete
-			}
-			if key == s.cfg.EpochKey && (op == kv.OpDelete || string(m.Data) != epoch) {
-				s.log.Info("the epoch key changed", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch))
-				return errStartOver
-			}
-			if synced {
-				// Exact stays so while every write is delivered in turn,
-				// and becomes so again once the consumer has caught up.
-				exact = (exact && seq == last+1) || meta.NumPending == 0
-			}
-			last = seq
-			ev := kv.Event{Op: op, Key: key, Revision: kv.Revision{Epoch: epoch, Seq: seq}, Time: meta.Timestamp, Exact: synced && exact}
-			if op == kv.OpPut {
-				ev.Value = m.Data
-			}
-			fn(ev)
-			if !synced && meta.NumPending == 0 {
-				synced, exact = true, true
-				fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch, Seq: last}, Exact: true})
-			}
+		case err != nil:
+			return err
+		case s.epochChanged(ctx, epoch):
+			return errStartOver
 		}
 	}
+}
+
+// pass is what a pass of Watch has delivered.
+type pass struct {
+	epoch  string
+	last   uint64 // sequence number of the last write delivered
+	synced bool   // the store's content has been delivered
+	exact  bool   // what was delivered is the store's content as of last
+}
+
+// watchUntil delivers the subscription's messages until check ends (nil)
+// or the pass must end (its error).
+func (s *Store) watchUntil(check context.Context, sub *nats.Subscription, p *pass, fn func(kv.Event)) error {
+	for check.Err() == nil {
+		m, err := sub.NextMsgWithContext(check)
+		if err != nil {
+			if check.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("jetstream: the watch's consumer closed: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			continue // not a stream message
+		}
+		seq := meta.Sequence.Stream
+		if seq <= p.last {
+			s.log.Warn("sequence numbers went back: the bucket was recreated", slog.String("bucket", s.cfg.Bucket),
+				slog.Uint64("revision", seq), slog.Uint64("last", p.last))
+			return errStartOver
+		}
+		key := strings.TrimPrefix(m.Subject, s.prefix)
+		op := kv.OpPut
+		if isDeletion(m.Header) {
+			op = kv.OpDelete
+		}
+		if key == s.cfg.EpochKey && (op == kv.OpDelete || string(m.Data) != p.epoch) {
+			s.log.Info("the epoch key changed", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", p.epoch))
+			return errStartOver
+		}
+		if p.synced {
+			// Exact stays so while every write is delivered in turn, and
+			// becomes so again once the consumer has caught up.
+			p.exact = (p.exact && seq == p.last+1) || meta.NumPending == 0
+		}
+		p.last = seq
+		ev := kv.Event{Op: op, Key: key, Revision: kv.Revision{Epoch: p.epoch, Seq: seq}, Time: meta.Timestamp, Exact: p.synced && p.exact}
+		if op == kv.OpPut {
+			ev.Value = m.Data
+		}
+		fn(ev)
+		if !p.synced && meta.NumPending == 0 {
+			p.synced, p.exact = true, true
+			fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: p.epoch, Seq: p.last}, Exact: true})
+		}
+	}
+	return nil
 }
 
 // epochChanged reads the epoch key: it reports true if the key is missing

@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"errors"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestJetStreamAggregateKeyIsNeverStale takes a --kv jetstream worker on a
+// nats-server with its default 1 MB max payload to 25,000 flows, whose
+// JSON does not fit one message: __flow/state is deleted rather than left
+// at an older value, the worker says so (its gauge, its log), and
+// `worker get --json` prints the whole state, the seed's exact bytes. Once
+// the state shrinks back, the key holds exactly `worker get --json`'s bytes
+// within 3 s.
+func TestJetStreamAggregateKeyIsNeverStale(t *testing.T) {
+	t.Parallel()
+	const nodes, flowsPerNode = 250, 100
+	srv := startJetStreamServer(t)
+	w := startJSWorkers(t, srv.URL, 1, "--metrics-addr", "127.0.0.1:0")[0]
+	w.waitStderr(regexp.MustCompile(`the aggregate's JSON can outgrow one NATS message.* flows=13107 max_payload=1048576`))
+	c := newClient(t, w)
+	_, kv := jsKV(t, c.nc)
+
+	reports := map[uint64]flowState{}
+	for node := range uint64(nodes) {
+		s := flowState{StateSize: map[uint32]uint64{}, LastExecTime: map[uint32]int64{}, StartTime: map[uint32]int64{}}
+		for i := range uint32(flowsPerNode) {
+			id := uint32(node)*flowsPerNode + i + 1
+			s.StateSize[id], s.LastExecTime[id], s.StartTime[id] = 1<<20+uint64(id), 1700000000000+int64(id), 1690000000000+int64(id)
+		}
+		c.report(node, codecReport(node, s))
+		reports[node] = s
+		if node == 0 {
+			awaitKey(t, kv, jsStateKey, string(serdeJSON(s))) // written while it fits
+		}
+	}
+	large := serdeJSON(aggregateOf(reports))
+	require.Greater(t, len(large), 1<<20, "the aggregate's JSON does not fit the max payload")
+	awaitKeyGone(t, kv, jsStateKey)
+	w.waitStderr(regexp.MustCompile(`the aggregate's JSON does not fit one value of the store`))
+	assert.Regexp(t, regexp.MustCompile(`(?m)^flowstate_aggregate_key_current 0$`), scrapeMetrics(t, w))
+	assert.Equal(t, string(large)+"\n", workerGetJSON(t, srv.URL), "worker get --json: the whole state, of any size")
+
+	// Back within one message: every node but 50 sends an empty report.
+	for node := uint64(50); node < nodes; node++ {
+		reports[node] = flowState{}
+		c.report(node, codecReport(node, flowState{}))
+	}
+	shrunk := time.Now()
+	want := workerGetJSON(t, srv.URL)
+	require.Equal(t, string(serdeJSON(aggregateOf(reports)))+"\n", want)
+	for {
+		e, err := kv.Get(t.Context(), jsStateKey)
+		if err == nil && string(e.Value())+"\n" == want {
+			break
+		}
+		require.Less(t, time.Since(shrunk), 3*time.Second, "__flow/state holds worker get --json's bytes within 3 s")
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the key was written again %v after the state shrank", time.Since(shrunk))
+	assert.Regexp(t, regexp.MustCompile(`(?m)^flowstate_aggregate_key_current 1$`), scrapeMetrics(t, w))
+}
+
+// awaitKeyGone waits until the bucket's key is deleted.
+func awaitKeyGone(t testing.TB, kv jetstream.KeyValue, key string) {
+	t.Helper()
+	deadline := time.Now().Add(messageTimeout)
+	for {
+		_, err := kv.Get(t.Context(), key)
+		if errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrKeyNotFound) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "key %s still there (%v) after %v", key, err, messageTimeout)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// workerGetJSON runs `worker get --json` against natsURL and returns what
+// it prints.
+func workerGetJSON(t testing.TB, natsURL string) string {
+	t.Helper()
+	p := startProcess(t, "worker get --json", bin.worker, nil, "get", "--json", "--nats-url", natsURL, "--timeout", "30s")
+	code, ok := p.wait(messageTimeout)
+	require.True(t, ok, "worker get --json did not exit")
+	require.Equal(t, 0, code, "stderr: %s", p.stderr.String())
+	return p.stdout.String()
+}

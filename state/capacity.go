@@ -1,0 +1,44 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits bound what the state holds, so that no client can grow it without
+// bound (PROTOCOL.md, "Capacity"). Zero means no limit.
+type Limits struct {
+	// MaxNodes is the most nodes the state holds: every node that has
+	// reported in the epoch, its last report empty or not, until evicted.
+	MaxNodes int
+	// MaxFlows is the most distinct flows the aggregate holds.
+	MaxFlows int
+}
+
+// The names of the limits, as the command line spells them.
+const (
+	LimitMaxNodes      = "max-nodes"
+	LimitMaxTotalFlows = "max-total-flows"
+)
+
+// ErrCapacity is wrapped by the error of a report that would take the state
+// past one of its Limits. Nothing was changed.
+var ErrCapacity = errors.New("flowstate: capacity exceeded")
+
+// CapacityError says which limit a refused report would have passed.
+type CapacityError struct {
+	Limit string // LimitMaxNodes or LimitMaxTotalFlows
+	Max   int    // the limit
+	Would int    // the count the report would have made
+}
+
+func (e *CapacityError) Error() string {
+	what := "nodes"
+	if e.Limit == LimitMaxTotalFlows {
+		what = "flows"
+	}
+	return fmt.Sprintf("report would take the state to %d %s, past --%s %d", e.Would, what, e.Limit, e.Max)
+}
+
+// Unwrap returns ErrCapacity.
+func (e *CapacityError) Unwrap() error { return ErrCapacity }

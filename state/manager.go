@@ -1,0 +1,224 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// ErrUnsortedFlows is returned by MergeFlows and Submit when the flows of a
+// report are not sorted by ID with each ID once.
+var ErrUnsortedFlows = errors.New("state: flows are not sorted by id without duplicates")
+
+// MergeResult is what applying a report produced.
+type MergeResult struct {
+	flowstate.Version
+	// Changed reports whether the aggregate differs from before the report.
+	Changed bool
+	// Applied is when the report was applied (Options.Now, read once per
+	// report): the node's LastReport in Nodes. Zero if nothing was applied,
+	// and on a Replica.
+	Applied time.Time
+}
+
+// Snapshot is a copy of the aggregate at one version.
+type Snapshot struct {
+	flowstate.Version
+	// Flows is the aggregate, sorted by ID.
+	Flows []flowstate.Flow
+}
+
+// Value returns the snapshot's aggregate as a FlowStateValue.
+func (s Snapshot) Value() flowstate.FlowStateValue { return flowstate.ValueOf(s.Flows) }
+
+// Options configure a Manager. The zero value is the seed's behaviour.
+type Options struct {
+	// Now tells the time of a report, for Nodes and EvictSilent; nil means
+	// time.Now.
+	Now func() time.Time
+	// Limits bound the state: a report that would pass one is refused with
+	// a *CapacityError, and nothing changes. Zero: no limit.
+	Limits Limits
+}
+
+// Manager is the state of one worker that alone holds it: the seed's
+// FlowStateManager on its in-memory KV, without the KV. The aggregate is the
+// state; Dump renders the seed's keys and bytes from it, and Clear is the
+// seed's KV reset. See the package documentation for its rules.
+type Manager struct {
+	opts Options
+
+	// mu serialises every operation, as the seed's merge lock does, and
+	// guards all fields below.
+	mu        sync.Mutex
+	epoch     string // "" never: a new Manager starts an epoch
+	seq       uint64 // the last revision given, in any epoch: revisions keep growing across a Clear
+	rev       uint64 // revision of the state in epoch; 0: nothing applied since the epoch began
+	agg       *Aggregate
+	deltaBase uint64 // revision of the last Delta taken in epoch; 0: none
+}
+
+// nodeMeta is what a Manager keeps of a node beside its report.
+type nodeMeta struct {
+	seen time.Time // when its last report was applied
+}
+
+// NewManager returns an empty Manager at a new epoch.
+func NewManager(opts Options) *Manager {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Manager{opts: opts, epoch: kv.NewEpoch(), agg: NewAggregate()}
+}
+
+// MergeFlows applies a node's report, given as flows sorted by ID, each ID
+// once (ErrUnsortedFlows otherwise): it replaces the node's previous report
+// whole (an empty report removes all of its flows). Flows with no field
+// present are ignored. A report that would take the state past
+// Options.Limits is refused with a *CapacityError, and nothing changes. It
+// does not retain flows and does not allocate in steady state.
+func (m *Manager) MergeFlows(_ context.Context, nodeID uint64, flows []flowstate.Flow) (MergeResult, error) {
+	if err := checkSorted(flows); err != nil {
+		return MergeResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// One lookup of the node per report: its aggregate entry holds the
+	// Manager's meta.
+	n := m.agg.nodes[nodeID]
+	if err := m.agg.checkNode(n, flows, m.opts.Limits); err != nil {
+		return MergeResult{}, err
+	}
+	n, changed := m.agg.applyNode(nodeID, n, flows)
+	if n.meta == nil {
+		n.meta = &nodeMeta{}
+	}
+	if m.rev == 0 {
+		// The epoch's first report creates the aggregate, even an empty one:
+		// the seed's get turns from None to Some and its key is written.
+		changed = true
+	}
+	n.meta.seen = m.opts.Now()
+	m.seq++
+	m.rev = m.seq
+	return MergeResult{Version: m.versionLocked(), Changed: changed, Applied: n.meta.seen}, nil
+}
+
+// checkSorted returns ErrUnsortedFlows unless flows are sorted by ID, each
+// ID once.
+func checkSorted(flows []flowstate.Flow) error {
+	for i := 1; i < len(flows); i++ {
+		if flows[i].ID <= flows[i-1].ID {
+			return ErrUnsortedFlows
+		}
+	}
+	return nil
+}
+
+func (m *Manager) versionLocked() flowstate.Version {
+	return flowstate.Version{Epoch: m.epoch, Revision: m.rev}
+}
+
+// Snapshot returns the aggregate as flows appended to dst[:0], with its
+// version. At revision 0 (nothing applied in this epoch, the seed's None)
+// it is empty. Its cost is linear in the number of flows of the aggregate.
+func (m *Manager) Snapshot(_ context.Context, dst []flowstate.Flow) (Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Snapshot{Version: m.versionLocked(), Flows: m.agg.AppendFlows(dst[:0])}, nil
+}
+
+// Version returns the current version without copying the aggregate.
+func (m *Manager) Version(context.Context) (flowstate.Version, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.versionLocked(), nil
+}
+
+// Delta returns what changed in the aggregate since the previous Delta of
+// this epoch, with dst's memory: the cost grows with the number of flows
+// that changed. It asks clients to resync when more than half the aggregate
+// (at least 1,024 flows) changed.
+func (m *Manager) Delta(_ context.Context, dst []flowstate.Flow) (Delta, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := Delta{Version: m.versionLocked(), Base: m.deltaBase}
+	takeDelta(m.agg, &d, dst, false)
+	m.deltaBase = m.rev
+	return d, nil
+}
+
+// Nodes returns the nodes whose reports make up the aggregate, by ID, with
+// the version of the state. It holds the lock only to copy them.
+func (m *Manager) Nodes(context.Context) ([]NodeInfo, flowstate.Version, error) {
+	m.mu.Lock()
+	out := copyNodes(m.agg, func(id uint64) time.Time { return m.agg.nodes[id].meta.seen })
+	v := m.versionLocked()
+	m.mu.Unlock()
+	sortNodes(out)
+	return out, v, nil
+}
+
+// Size returns the number of nodes and of flows in the aggregate.
+func (m *Manager) Size() (nodes, flows int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.agg.Len()
+}
+
+// EvictSilent removes every node whose last report was applied before
+// cutoff, as if its key were deleted: a node that stopped reporting no
+// longer holds its flows in the aggregate. Each eviction takes a revision.
+// It returns the evicted nodes and the result of the last eviction.
+func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, MergeResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var evicted []uint64
+	res := MergeResult{Version: m.versionLocked()}
+	for id, n := range m.agg.nodes {
+		if !n.meta.seen.Before(cutoff) {
+			continue
+		}
+		if m.agg.Remove(id) {
+			res.Changed = true
+		}
+		m.seq++
+		m.rev = m.seq
+		res.Revision = m.rev
+		evicted = append(evicted, id)
+	}
+	return evicted, res, nil
+}
+
+// Clear forgets every report and starts a new epoch, as a metasrv leader
+// change resets the seed's in-memory KV: no report from before it
+// reappears, and the state is at revision 0 (the seed's None) until the
+// next report. Revisions keep growing across it.
+func (m *Manager) Clear() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.epoch = kv.NewEpoch()
+	m.rev, m.deltaBase = 0, 0
+	m.agg.Reset()
+}
+
+// Dump renders the seed's store from the state: every node's last report
+// under NodeKey(id) and, once a report was applied in this epoch, the
+// aggregate under StateKey, each in its exact stored bytes
+// (flowstate.AppendJSON). It is what the seed's KV would hold.
+func (m *Manager) Dump() map[string][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string][]byte, len(m.agg.nodes)+1)
+	for id, flows := range m.agg.Nodes() {
+		out[flowstate.NodeKey(id)] = flowstate.AppendJSON(nil, flows)
+	}
+	if m.rev != 0 {
+		out[flowstate.StateKey] = flowstate.AppendJSON(nil, m.agg.AppendFlows(nil))
+	}
+	return out
+}

@@ -1,0 +1,287 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// Completion is told the outcome of a report given to a Replica (Submit,
+// Refuse).
+type Completion interface {
+	// Complete is called once per report, in the order the reports were
+	// given, outside the Replica's locks, from whichever goroutine found
+	// the outcome (the store's answer, the watch, the clock, Drain or
+	// Run's end). It must return quickly and must not call the Replica.
+	Complete(res MergeResult, err error)
+}
+
+// write is a report of this worker between Submit and its answer.
+type write struct {
+	c         Completion
+	node      uint64
+	epoch     string           // the watch's at Submit
+	delivered uint64           // the watch's at Submit: a write stored at or below it went to a recreated bucket
+	rev       uint64           // the served revision at Submit, for MergeResult.Changed
+	flows     []flowstate.Flow // the report: what the watch applies when it delivers seq
+	counted   int              // flows counted against Limits.MaxFlows while in flight
+	isNew     bool             // its node was new to the aggregate: counted against Limits.MaxNodes
+
+	acked    bool   // the store answered: seq or err is set
+	seq      uint64 // the write's sequence number, once stored
+	deadline uint64 // the clock tick past which the watch is late to apply it
+	err      error  // why it is not acknowledged
+	done     bool   // answered (its Completion called, or about to be)
+
+	stored func(kv.Revision, error) // the store's callback (onStored of this write), made once
+}
+
+// queue is this worker's reports in the order they were given: a ring of
+// at most Window writes, answered from its head. Its fields are guarded by
+// Replica.mu, except answers, which the answering goroutine owns.
+type queue struct {
+	ring      []*write
+	first     int // index of the head in ring
+	len       int
+	passed    int      // writes from the head that the watch has gone past, or that failed: ownLocked starts after them
+	free      []*write // answered writes whose store has answered too, for reuse
+	answering bool     // a goroutine is answering: the others leave it their turn
+	answers   []answer // the answering goroutine's batch
+
+	// What the writes in flight count against the limits: the flows of
+	// each, and the nodes new to the aggregate.
+	flowsInFlight int
+	newNodes      map[uint64]int // node -> writes in flight of it while new
+
+	// behind is a write whose watch was late: until the watch reaches it,
+	// reports are refused at once.
+	behind uint64
+}
+
+// answer is a Completion to call.
+type answer struct {
+	c   Completion
+	res MergeResult
+	err error
+}
+
+func newQueue(window int) queue {
+	return queue{ring: make([]*write, window), newNodes: make(map[uint64]int)}
+}
+
+func (q *queue) head() *write { return q.ring[q.first] }
+
+// push queues a new write of c; the window guarantees room for it.
+func (q *queue) push(r *Replica, c Completion) *write {
+	var e *write
+	if n := len(q.free); n > 0 {
+		e, q.free = q.free[n-1], q.free[:n-1]
+	} else {
+		e = &write{}
+		e.stored = func(rev kv.Revision, err error) { r.onStored(e, rev, err) }
+	}
+	e.c = c
+	q.ring[(q.first+q.len)%len(q.ring)] = e
+	q.len++
+	return e
+}
+
+// pop takes the head out, answered: it no longer counts against the limits.
+func (q *queue) pop() {
+	e := q.head()
+	q.ring[q.first] = nil
+	q.first = (q.first + 1) % len(q.ring)
+	q.len--
+	q.passed = max(q.passed-1, 0)
+	e.done = true
+	q.flowsInFlight -= e.counted
+	if e.isNew {
+		if q.newNodes[e.node]--; q.newNodes[e.node] <= 0 {
+			delete(q.newNodes, e.node)
+		}
+	}
+	if e.acked {
+		q.recycle(e)
+	}
+}
+
+// recycle returns an answered write whose store has answered to the free
+// list.
+func (q *queue) recycle(e *write) {
+	stored := e.stored
+	flows := e.flows[:0]
+	*e = write{stored: stored, flows: flows}
+	q.free = append(q.free, e)
+}
+
+// fail answers e with err at its turn, before or instead of its write.
+func (e *write) fail(err error) {
+	e.err = err
+	e.acked = true // nothing is sent: no store answer to wait for
+}
+
+// keepLocked records the report of e: its flows, to apply when the watch
+// delivers its write, counted against the limits while it is in flight.
+func (q *queue) keepLocked(e *write, flows []flowstate.Flow, countFlows bool, agg *Aggregate) {
+	for _, f := range flows {
+		if f.Has != 0 { // flowstate.AppendJSON writes nothing of a flow without fields
+			e.flows = append(e.flows, f)
+		}
+	}
+	if countFlows {
+		e.counted = len(e.flows)
+		q.flowsInFlight += e.counted
+	}
+	if _, ok := agg.NodeFlows(e.node); !ok {
+		e.isNew = true
+		q.newNodes[e.node]++
+	}
+}
+
+// admitLocked checks a report before its write: the Replica serves, its
+// watch is not late, and the state stays within its limits.
+func (r *Replica) admitLocked(nodeID uint64, flows []flowstate.Flow) error {
+	if err := checkSorted(flows); err != nil {
+		return err
+	}
+	if limit := r.opts.MaxReportFlows; limit > 0 {
+		if n := countFields(flows); n > limit {
+			return fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, n, limit)
+		}
+	}
+	if err := r.checkLocked(); err != nil {
+		return err
+	}
+	if b := r.writes.behind; b > r.watch.delivered {
+		return fmt.Errorf("state: the store's watch has not reached revision %d yet: %w", b, kv.ErrUnavailable)
+	}
+	if err := r.watch.agg.Check(nodeID, flows, r.writes.limitsLocked(r.opts.Limits)); err != nil {
+		return err
+	}
+	return r.writes.checkNewNodeLocked(nodeID, r.opts.Limits.MaxNodes, r.watch.agg)
+}
+
+// limitsLocked returns lim less what the writes in flight may add: every
+// flow of such a write counts against MaxFlows until it is answered, so
+// that a window of reports, each within the limit by what the watch
+// applied, cannot take the state past it together. (New nodes in flight
+// are counted by checkNewNodeLocked.) A report that adds no flow still
+// passes.
+func (q *queue) limitsLocked(lim Limits) Limits {
+	if lim.MaxFlows > 0 && q.flowsInFlight > 0 {
+		lim.MaxFlows = max(lim.MaxFlows-q.flowsInFlight, 1)
+	}
+	return lim
+}
+
+// checkNewNodeLocked refuses a report of a node new to the aggregate if the
+// aggregate's nodes and the new nodes whose writes are in flight already
+// make maxNodes: Aggregate.Check counts only what the watch applied.
+func (q *queue) checkNewNodeLocked(nodeID uint64, maxNodes int, agg *Aggregate) error {
+	if maxNodes <= 0 || len(q.newNodes) == 0 {
+		return nil
+	}
+	if _, ok := q.newNodes[nodeID]; ok {
+		return nil
+	}
+	if _, ok := agg.NodeFlows(nodeID); ok {
+		return nil
+	}
+	if nodes, _ := agg.Len(); nodes+len(q.newNodes) >= maxNodes {
+		return &CapacityError{Limit: LimitMaxNodes, Max: maxNodes, Would: nodes + len(q.newNodes) + 1}
+	}
+	return nil
+}
+
+// nodeApplied notes that the watch applied a write of node id: it is no
+// longer new to the aggregate.
+func (q *queue) nodeApplied(id uint64) {
+	if len(q.newNodes) > 0 {
+		delete(q.newNodes, id)
+	}
+}
+
+// ownLocked returns this worker's write of node id in epoch stored at seq,
+// if the store's answer to it has come, or nil: the watch applies its
+// report without a decode. Writes queue in the order the store takes them
+// and the watch delivers writes in that order, so the search starts after
+// the writes the watch has gone past and stops at the first later one.
+func (q *queue) ownLocked(epoch string, id, seq uint64) *write {
+	for i := q.passed; i < q.len; i++ {
+		e := q.ring[(q.first+i)%len(q.ring)]
+		past := e.err != nil || (e.seq != 0 && e.seq <= seq)
+		if past && i == q.passed {
+			q.passed++
+		}
+		switch {
+		case e.err != nil || e.seq == 0 || e.epoch != epoch:
+			continue // refused, not stored (yet), or another epoch's
+		case e.seq > seq:
+			return nil
+		case e.seq == seq && e.node == id:
+			return e
+		}
+	}
+	return nil
+}
+
+// failAllLocked answers every write in the queue with err, at once.
+func (q *queue) failAllLocked(err error) {
+	for i := range q.len {
+		if e := q.ring[(q.first+i)%len(q.ring)]; e.err == nil {
+			e.err = err
+		}
+	}
+}
+
+// completeLocked answers, in order, the reports at the head of the queue
+// whose outcome is known, and unlocks mu. The Completions run outside mu,
+// on one goroutine at a time: whichever found them answers them and looks
+// again, and a caller that finds another answering leaves its turn to it.
+func (r *Replica) completeLocked() {
+	q := &r.writes
+	if q.answering {
+		r.mu.Unlock()
+		return
+	}
+	q.answering = true
+	for {
+		batch := q.answers[:0]
+		for q.len > 0 {
+			e := q.head()
+			res, err, ok := r.outcomeLocked(e)
+			if !ok {
+				break
+			}
+			batch = append(batch, answer{c: e.c, res: res, err: err})
+			q.pop() // e may be reused from here
+		}
+		q.answers = batch
+		if len(batch) == 0 {
+			q.answering = false
+			r.mu.Unlock()
+			return
+		}
+		r.wait.broadcastLocked() // Drain waits for the queue to empty
+		r.mu.Unlock()
+		for i, a := range batch {
+			<-r.window
+			a.c.Complete(a.res, a.err)
+			batch[i] = answer{}
+		}
+		r.mu.Lock()
+	}
+}
+
+// countFields counts the flows with a field present: those a report's value
+// names.
+func countFields(flows []flowstate.Flow) int {
+	n := 0
+	for _, f := range flows {
+		if f.Has != 0 {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,336 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/throttle"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/lease"
+)
+
+// PublisherKey holds the publisher lease: the id of the worker that holds it.
+const PublisherKey = "__flow/publisher"
+
+// Defaults of ReplicaOptions.
+const (
+	DefaultApplyTimeout = 2 * time.Second
+	DefaultLeaseTTL     = lease.DefaultTTL
+	DefaultWindow       = 256
+)
+
+// applyTicks is how many ticks of the clock (ApplyTimeout/applyTicks
+// each) a write waits for the watch once stored: between ApplyTimeout and
+// 9/8 of it.
+const applyTicks = 8
+
+// ErrNotPublisher is returned by a Replica's Flush when it does not hold
+// the publisher lease: another worker writes the aggregate and publishes.
+var ErrNotPublisher = errors.New("state: not the publisher")
+
+// ErrStoreCleared answers a report whose write landed in a store that was
+// wiped meanwhile: the report must be sent again (its node's next
+// heartbeat does).
+var ErrStoreCleared = errors.New("state: the store was cleared during the write")
+
+// errNotReady answers while a Replica has not read the store.
+var errNotReady = fmt.Errorf("state: the state is being read from the store: %w", kv.ErrUnavailable)
+
+// errStopped answers once a Replica's Run has returned.
+var errStopped = errors.New("state: the replica no longer follows the store")
+
+// errNotSeen is why a stored write was not acknowledged: the watch did not
+// apply it in time, or the Replica stopped.
+func errNotSeen(p phase) error {
+	if p == stopped {
+		return fmt.Errorf("%w: %w", kv.ErrUnavailable, errStopped)
+	}
+	return fmt.Errorf("%w: %w", kv.ErrUnavailable, context.DeadlineExceeded)
+}
+
+// ReplicaOptions configure a Replica. The zero value takes the defaults.
+type ReplicaOptions struct {
+	// ID names this worker in the publisher lease; a random id if empty.
+	ID string
+	// ApplyTimeout bounds how long a report waits for its write to come
+	// back through the watch once stored, and Sync for the watch to reach
+	// the store's last write; DefaultApplyTimeout if 0.
+	ApplyTimeout time.Duration
+	// LeaseTTL is how long the publisher lease lasts without a renewal;
+	// DefaultLeaseTTL if 0.
+	LeaseTTL time.Duration
+	// Limits bound the state: Submit refuses a report that would pass one,
+	// by this replica's state and its own writes in flight, before it
+	// writes. Writes that come through the watch are always applied.
+	Limits Limits
+	Logger *slog.Logger // nil: discard
+	// Now tells the time of a report when the store does not; time.Now if
+	// nil.
+	Now func() time.Time
+	// Window is how many reports may wait for their answers (Submit);
+	// DefaultWindow if 0. The store must take as many puts in flight.
+	Window int
+	// MaxReportFlows is the most flows a node's value may name
+	// (--max-flows): a report naming more is refused before its write, and
+	// such a value in the store is no value. 0: no limit.
+	MaxReportFlows int
+}
+
+func (o ReplicaOptions) withDefaults() ReplicaOptions {
+	if o.ApplyTimeout <= 0 {
+		o.ApplyTimeout = DefaultApplyTimeout
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Store is what a Replica needs of the shared store: kv.Shared, and puts
+// that do not wait for the store (the JetStream store's; kv.SharedMemory
+// answers before it returns).
+type Store interface {
+	kv.Shared
+	// PutAsync sends a put of key and calls done once, from any goroutine,
+	// with the write's revision, or an error wrapping kv.ErrUnavailable
+	// when it was not stored or its outcome is unknown. Puts are stored in
+	// the order of the calls, never retried, and done comes within a
+	// bounded time. PutAsync may block while too many puts are in flight,
+	// until ctx ends. When it returns an error, nothing was sent and done
+	// is not called. value is not retained once PutAsync has returned.
+	PutAsync(ctx context.Context, key string, value []byte, done func(kv.Revision, error)) error
+}
+
+// NewReplica returns a Replica of store. It does no I/O and starts nothing:
+// Run follows the store.
+func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
+	opts = opts.withDefaults()
+	l, err := lease.New(store, lease.Config{Key: PublisherKey, ID: opts.ID, TTL: opts.LeaseTTL, Now: opts.Now, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("state: replica: %w", err)
+	}
+	return &Replica{
+		store:   store,
+		opts:    opts,
+		log:     opts.Logger,
+		lease:   l,
+		kick:    make(chan struct{}, 1),
+		changes: make(chan struct{}, 1),
+		window:  make(chan struct{}, opts.Window),
+		watch:   watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), refused: make(refusals)},
+		// At most 10 lines a second: a store full of junk is one outsider's write away.
+		refuseLog: throttle.New(10, time.Second),
+		writes:    newQueue(opts.Window),
+		wait:      waiters{advanced: make(chan struct{})},
+	}, nil
+}
+
+// Run follows the store until ctx ends: it watches the store, keeps or
+// takes the publisher lease, and runs the clock of the writes in flight;
+// it releases the lease before it returns, so that another worker takes
+// over at once, and answers every report still waiting. It returns nil
+// when ctx ends, or the watch's error. Once it has returned, the Replica
+// serves nothing. Call it once.
+//
+// Its goroutines: the watch's (the store calls onEvent on it), the lease's
+// (its renewals are I/O, which must not hold up the clock), and the
+// caller's, which ticks the clock.
+func (r *Replica) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.phase != idle {
+		r.mu.Unlock()
+		return errors.New("state: replica: Run runs once")
+	}
+	r.phase = loading
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var watchErr error
+	wg.Go(func() {
+		defer cancel()
+		watchErr = r.store.Watch(ctx, r.onEvent)
+	})
+	wg.Go(func() { r.lease.Run(ctx, r.kick, r.tookLease) })
+	t := time.NewTicker(max(r.opts.ApplyTimeout/applyTicks, time.Millisecond))
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			r.onTick()
+		}
+	}
+	t.Stop()
+	wg.Wait()
+	r.stop()
+	if watchErr != nil && !errors.Is(watchErr, context.Canceled) {
+		return fmt.Errorf("state: replica: watch: %w", watchErr)
+	}
+	return nil
+}
+
+// stop is the end of Run: every report still waiting is answered.
+func (r *Replica) stop() {
+	r.mu.Lock()
+	r.phase = stopped // outcomeLocked answers each write the store has answered; the others as it answers
+	r.wait.broadcastLocked()
+	r.completeLocked()
+}
+
+// takeTurn takes a place in the window for a report, waiting while it is
+// full, until ctx ends.
+func (r *Replica) takeTurn(ctx context.Context) error {
+	select {
+	case r.window <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case r.window <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("state: the window of reports is full: %w: %w", kv.ErrUnavailable, ctx.Err())
+	}
+}
+
+// Window is how many reports may wait for their answers
+// (ReplicaOptions.Window): the size of the worker's intake pipeline.
+func (r *Replica) Window() int { return r.opts.Window }
+
+// Drain waits until every report given to Submit or Refuse has been
+// answered, or ctx ends; then it answers those left at once with an error
+// wrapping kv.ErrUnavailable and context.Cause(ctx).
+func (r *Replica) Drain(ctx context.Context) {
+	if r.await(ctx, func() bool { return r.writes.len == 0 }) == nil {
+		return
+	}
+	r.mu.Lock()
+	r.writes.failAllLocked(fmt.Errorf("state: report not answered in time: %w: %w", kv.ErrUnavailable, context.Cause(ctx)))
+	r.completeLocked()
+}
+
+// MergeFlows writes a node's report and returns once the watch has applied
+// it, so that the report is visible at once to a get on this worker:
+// Submit, then its outcome.
+func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (MergeResult, error) {
+	w := &awaitedOutcome{done: make(chan struct{})}
+	if err := r.Submit(ctx, nodeID, flows, w); err != nil {
+		return MergeResult{}, err
+	}
+	select {
+	case <-w.done:
+		return w.res, w.err
+	case <-ctx.Done():
+		return MergeResult{}, fmt.Errorf("state: report of node %d: %w: %w", nodeID, kv.ErrUnavailable, ctx.Err())
+	}
+}
+
+// awaitedOutcome is the Completion of MergeFlows.
+type awaitedOutcome struct {
+	res  MergeResult
+	err  error
+	done chan struct{}
+}
+
+func (a *awaitedOutcome) Complete(res MergeResult, err error) {
+	a.res, a.err = res, err
+	close(a.done)
+}
+
+// Changes receives, without blocking the Replica, after the served state
+// changed or this worker became the publisher: several changes may make one
+// receive. It is the worker's one signal to publish.
+func (r *Replica) Changes() <-chan struct{} { return r.changes }
+
+func (r *Replica) signalChange() {
+	select {
+	case r.changes <- struct{}{}:
+	default:
+	}
+}
+
+// tookLease is called by the lease loop when this worker took the lease.
+func (r *Replica) tookLease(rev uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.served.written = 0 // write the aggregate key at once
+	if r.watch.delivered >= rev {
+		r.deltas.resync = true
+		r.signalChange()
+	}
+}
+
+// kickLease wakes the lease loop.
+func (r *Replica) kickLease() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// WaitLoaded waits until the Replica serves the store's state, or Run
+// returned, or ctx ends.
+func (r *Replica) WaitLoaded(ctx context.Context) error {
+	if err := r.await(ctx, func() bool { return r.phase == following || r.phase == frozen }); err != nil {
+		return fmt.Errorf("state: replica: read the store: %w", err)
+	}
+	return nil
+}
+
+// Loaded reports whether the state is served: once the watch has delivered
+// the store's content, until Run returns.
+func (r *Replica) Loaded() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.phase == following || r.phase == frozen
+}
+
+// waiters wake the goroutines that wait for the watch or the queue (await).
+type waiters struct {
+	advanced chan struct{} // closed and replaced whenever they may move, if awaited
+	awaited  bool          // an await took advanced since it was last replaced
+}
+
+// await waits until cond, called with mu held, holds, or Run returned, or
+// ctx ends.
+func (r *Replica) await(ctx context.Context, cond func() bool) error {
+	for {
+		r.mu.Lock()
+		ok, stopped, advanced := cond(), r.phase == stopped, r.wait.advanced
+		r.wait.awaited = true
+		r.mu.Unlock()
+		switch {
+		case ok:
+			return nil
+		case stopped:
+			return errStopped
+		}
+		select {
+		case <-advanced:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// broadcastLocked wakes every await, if any waits.
+func (w *waiters) broadcastLocked() {
+	if !w.awaited {
+		return // no channel to replace: nothing allocated per event
+	}
+	w.awaited = false
+	close(w.advanced)
+	w.advanced = make(chan struct{})
+}

@@ -131,4 +131,3 @@ func TestControlFileRoundTripAndFollow(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Control() == ctl }, 10*time.Second, time.Millisecond)
 	assert.Error(t, WriteControl(path, Control{Rate: 1000}), "a rate past MaxRate is not written")
 }
-

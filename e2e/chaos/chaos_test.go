@@ -15,35 +15,41 @@ import (
 
 const clients = 24 // each on its own connection
 
+// flapFor is how long a flapping partition lasts in a long run.
+const flapFor = 20 * time.Second
+
 // TestChaosShort is the short run of `make test`: a fixed seed, about 20 s
-// of faults on the JetStream cluster and, at the same time, on a memory
-// worker.
+// of process faults on the JetStream cluster and, at the same time, on a
+// memory worker.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos run takes 20 s")
 	}
 	const seed = 1
 	t.Logf("seed %d", seed)
-	runBoth(t, seed, 20*time.Second)
+	runBoth(t, seed, 20*time.Second, faultSet{kinds: []string{kindProcess}}, flapFor)
 }
 
 // TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test
-// is skipped), a random seed unless CHAOS_SEED gives one. It prints the
-// seed first and one line of figures last.
+// is skipped) of the kinds CHAOS_FAULTS names (unset: every kind that is
+// ready), a random seed unless CHAOS_SEED gives one. It prints the seed
+// first and one line of figures last.
 func TestChaosLong(t *testing.T) {
 	env := os.Getenv("CHAOS_DURATION")
 	if env == "" {
 		t.Skip("set CHAOS_DURATION (make chaos)")
 	}
 	d, err := time.ParseDuration(env)
-	require.NoError(t, err, "CHAOS_DURATION")
+	require.NoError(t, err, "CHAOS_DURATION (for example 10m)")
+	faults, err := parseFaults(os.Getenv("CHAOS_FAULTS"))
+	require.NoError(t, err)
 	seed := rand.Uint64() >> 1
 	if s := os.Getenv("CHAOS_SEED"); s != "" {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "CHAOS_SEED")
 	}
-	fmt.Printf("chaos: seed %d, %v of faults (CHAOS_SEED=%d replays it)\n", seed, d, seed)
-	js, mem := runBoth(t, seed, d)
+	fmt.Printf("chaos: seed %d, %v of faults (%s) (CHAOS_SEED=%d replays it)\n", seed, d, faults, seed)
+	js, mem := runBoth(t, seed, d, faults, flapFor)
 	verdict := "linearizable"
 	for _, r := range []runResult{js, mem} {
 		if r.verdict.result == porcupine.Unknown && verdict == "linearizable" {
@@ -56,24 +62,37 @@ func TestChaosLong(t *testing.T) {
 	if t.Failed() && verdict == "linearizable" {
 		verdict = "not checked: the run failed"
 	}
-	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%d, %d), history %s; %d stale gets (allowed around server kills and worker pauses)\n",
-		js.ops+mem.ops, js.ops, mem.ops, js.faults+mem.faults, js.faults, mem.faults, verdict, js.stale+mem.stale)
+	for _, r := range []runResult{js, mem} {
+		lines, _, _ := summarize(r.recoveries)
+		for _, l := range lines {
+			fmt.Printf("chaos: recovery after the heal, %s\n", l)
+		}
+	}
+	_, worst, _ := summarize(append(append([]recovery(nil), js.recoveries...), mem.recoveries...))
+	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%s), history %s; worst recovery %s; %d stale gets (allowed around server kills and worker pauses)\n",
+		js.ops+mem.ops, js.ops, mem.ops, len(js.events)+len(mem.events), countKinds(append(append([]event(nil), js.events...), mem.events...)),
+		verdict, worst, js.stale+mem.stale)
 }
 
-// runBoth runs the JetStream cluster and the memory worker side by side.
-func runBoth(t *testing.T, seed uint64, d time.Duration) (js, mem runResult) {
+// runBoth runs the JetStream cluster and the memory worker side by side,
+// the memory worker only if a kind of faults applies to it.
+func runBoth(t *testing.T, seed uint64, d time.Duration, faults faultSet, flap time.Duration) (js, mem runResult) {
 	checkFor := max(30*time.Second, d/4)
 	t.Run("run", func(t *testing.T) { // returns once both have run
 		t.Run("jetstream", func(t *testing.T) {
 			t.Parallel()
 			js = runChaos(t, runConfig{name: "jetstream", seed: seed, duration: d, clients: clients, jetstream: true,
-				faults: true, worker: bin.worker, checkFor: checkFor})
+				faults: faults, flap: flap, worker: bin.worker, checkFor: checkFor})
 			requireOK(t, js)
 		})
+		memFaults := faults.forMemory()
+		if len(memFaults.kinds) == 0 {
+			return
+		}
 		t.Run("memory", func(t *testing.T) {
 			t.Parallel()
 			mem = runChaos(t, runConfig{name: "memory", seed: seed, duration: d, clients: clients,
-				faults: true, worker: bin.worker, checkFor: checkFor})
+				faults: memFaults, worker: bin.worker, checkFor: checkFor})
 			requireOK(t, mem)
 		})
 	})
@@ -85,7 +104,7 @@ func requireOK(t *testing.T, r runResult) {
 	assert.Empty(t, r.problems)
 	assert.NotEqual(t, porcupine.Illegal, r.verdict.result, "the history is not linearizable; first operations that cannot be:\n%s",
 		joinLines(r.verdict.first))
-	assert.Positive(t, r.faults, "faults injected")
+	assert.NotEmpty(t, r.events, "faults injected")
 }
 
 // TestChaosCatchesBrokenWorker runs the checker against a worker built with

@@ -1,0 +1,144 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// diskSize is the size of the tmpfs under a server's store.
+const diskSize = 64 << 20
+
+// recoverWithin is how long after its disk is freed a server has to take
+// writes again by itself; past it the nemesis restarts the server (and
+// says so in its log).
+const recoverWithin = 30 * time.Second
+
+// tmpfs is a small tmpfs the test mounted, holding one server's store.
+type tmpfs struct {
+	dir    string
+	server int // the server whose store it holds
+}
+
+// mountTmpfs mounts a tmpfs of size bytes under a new temporary
+// directory and unmounts it at cleanup. It returns an error where
+// mounting is not permitted (not root, no CAP_SYS_ADMIN).
+func mountTmpfs(t testing.TB, size int) (*tmpfs, error) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(size)); err != nil {
+		return nil, fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount the tmpfs on %s: %v", dir, err)
+		}
+	})
+	return &tmpfs{dir: dir}, nil
+}
+
+// fill writes a file until the tmpfs is full; it returns the bytes
+// written.
+func (d *tmpfs) fill() (int64, error) {
+	f, err := os.Create(filepath.Join(d.dir, "fill"))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		k, err := f.Write(buf)
+		n += int64(k)
+		if errors.Is(err, syscall.ENOSPC) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if n > 2*diskSize {
+			return n, io.ErrShortWrite // not a tmpfs of diskSize
+		}
+	}
+}
+
+// free removes the file fill wrote.
+func (d *tmpfs) free() error { return os.Remove(filepath.Join(d.dir, "fill")) }
+
+// diskFault fills the disk under one server's store, half the time after
+// making that server the stream's leader, and frees it after a while.
+// After the heal it waits until the bucket takes a write again; if it does
+// not within recoverWithin, it restarts the server and says so.
+func (n *nemesis) diskFault() *fault {
+	d := n.s.disk
+	srv := n.s.servers[d.server]
+	f := &fault{kind: kindDisk, hold: n.between(3*time.Second, 10*time.Second)}
+	lead := n.rng.IntN(2) == 0
+	f.what = fmt.Sprintf("fill the disk of s%d", d.server)
+	f.inject = func() error {
+		if lead {
+			f.what += " (made the stream leader first: " + n.stepDownTo(d.server) + ")"
+		}
+		k, err := d.fill()
+		f.what += fmt.Sprintf(", %d MB written", k>>20)
+		return err
+	}
+	f.heal = func() error {
+		if err := d.free(); err != nil {
+			return err
+		}
+		took, ok := n.awaitWrite(recoverWithin)
+		if ok {
+			f.what += fmt.Sprintf(", freed after %v; a write was stored %v later", ms(int64(f.hold)), ms(int64(took)))
+			return nil
+		}
+		f.what += fmt.Sprintf(", freed after %v; NO WRITE STORED within %v of freeing it: restarted %s", ms(int64(f.hold)), recoverWithin, srv.Name())
+		if err := srv.Restart(); err != nil {
+			return err
+		}
+		return n.awaitStream()
+	}
+	return f
+}
+
+// stepDownTo asks the stream's leader to hand over to server i; it returns
+// what happened.
+func (n *nemesis) stepDownTo(i int) string {
+	if streamLeader(n.js) == i {
+		return "it was"
+	}
+	msg, err := n.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streamName,
+		[]byte(fmt.Sprintf(`{"placement":{"preferred":"s%d"}}`, i)), 5*time.Second)
+	if err != nil {
+		return "step-down: " + err.Error()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if streamLeader(n.js) == i {
+			return "done"
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Sprintf("it did not take over: %s", msg.Data)
+}
+
+// awaitWrite writes the probe key of the nemesis until the stream stores a
+// write, up to within; it returns how long that took.
+func (n *nemesis) awaitWrite(within time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < within {
+		if _, err := n.publish(&nats.Msg{Subject: "$KV." + bucket + ".chaos/probe"}); err == nil {
+			return time.Since(start), true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return within, false
+}

@@ -1,0 +1,167 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// updateLog records when state updates (flow.state, flow.state.delta)
+// arrive at a subscriber of its own.
+type updateLog struct {
+	mu    sync.Mutex // guards times
+	times []int64
+}
+
+// watchUpdates subscribes nc to both kinds of update.
+func watchUpdates(nc *nats.Conn, now func() int64) (*updateLog, error) {
+	u := &updateLog{}
+	for _, subj := range []string{subjects.State, subjects.Delta} {
+		if _, err := nc.Subscribe(subj, func(*nats.Msg) {
+			t := now()
+			u.mu.Lock()
+			u.times = append(u.times, t)
+			u.mu.Unlock()
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return u, nil
+}
+
+func (u *updateLog) snapshot() []int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	out := slices.Clone(u.times)
+	slices.Sort(out)
+	return out
+}
+
+// The measures of a recovery, from a fault's heal.
+const (
+	recAck    = iota // the first acked report
+	recGet           // the first fresh get
+	recUpdate        // the first state update
+	nMeasures
+)
+
+var measureNames = [nMeasures]string{"ack", "fresh get", "flow.state"}
+
+// recovery is how long after one fault's heal each measure came; never[m]
+// if it did not before the run ended (its time is then until the end).
+type recovery struct {
+	kind  string
+	took  [nMeasures]time.Duration
+	never [nMeasures]bool
+}
+
+// recoveries measures every fault's recovery from the history (fresh
+// operations only: stale gets do not count), the nemesis's own writes
+// left out, and the updates' arrival times.
+func recoveries(evs []event, fresh []op, updates []int64, nemesisID int, end int64) []recovery {
+	var times [nMeasures][]int64
+	for _, o := range fresh {
+		switch {
+		case o.client == nemesisID || o.out.status != stOK:
+		case o.in.kind == opReport:
+			times[recAck] = append(times[recAck], o.ret)
+		case o.in.kind == opGet:
+			times[recGet] = append(times[recGet], o.ret)
+		}
+	}
+	times[recUpdate] = updates
+	for m := range times {
+		slices.Sort(times[m])
+	}
+	var out []recovery
+	for _, e := range evs {
+		r := recovery{kind: e.kind}
+		for m := range times {
+			i := sort.Search(len(times[m]), func(i int) bool { return times[m][i] >= e.heal })
+			if i == len(times[m]) {
+				r.never[m], r.took[m] = true, time.Duration(end-e.heal)
+				continue
+			}
+			r.took[m] = time.Duration(times[m][i] - e.heal)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// recoveryStats is the p50, p99 and max of one measure of one kind.
+type recoveryStats struct {
+	n             int
+	p50, p99, max time.Duration
+	never         int
+}
+
+func statsOf(ds []time.Duration, never int) recoveryStats {
+	slices.Sort(ds)
+	at := func(p int) time.Duration { return ds[(len(ds)-1)*p/100] }
+	return recoveryStats{n: len(ds), p50: at(50), p99: at(99), max: ds[len(ds)-1], never: never}
+}
+
+// summarize returns, per kind (sorted) and measure, the statistics, and
+// the worst recovery of all with its kind and measure.
+func summarize(rs []recovery) (lines []string, worst string, worstTook time.Duration) {
+	byKind := map[string][]recovery{}
+	for _, r := range rs {
+		byKind[r.kind] = append(byKind[r.kind], r)
+	}
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		var parts []string
+		for m := range nMeasures {
+			var ds []time.Duration
+			never := 0
+			for _, r := range byKind[k] {
+				ds = append(ds, r.took[m])
+				if r.never[m] {
+					never++
+				}
+			}
+			st := statsOf(ds, never)
+			s := fmt.Sprintf("%s p50 %v p99 %v max %v", measureNames[m], ms(int64(st.p50)), ms(int64(st.p99)), ms(int64(st.max)))
+			if never > 0 {
+				s += fmt.Sprintf(" (%d never)", never)
+			}
+			parts = append(parts, s)
+			if st.max > worstTook {
+				worstTook, worst = st.max, fmt.Sprintf("%v (%s, %s)", ms(int64(st.max)), k, measureNames[m])
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s (%d): %s", k, len(byKind[k]), strings.Join(parts, "; ")))
+	}
+	if worst == "" {
+		worst = "none"
+	}
+	return lines, worst, worstTook
+}
+
+// countKinds returns "kind n, kind n" for the events.
+func countKinds(evs []event) string {
+	n := map[string]int{}
+	for _, e := range evs {
+		n[e.kind]++
+	}
+	kinds := make([]string, 0, len(n))
+	for k := range n {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+	}
+	return strings.Join(parts, ", ")
+}

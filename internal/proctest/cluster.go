@@ -160,7 +160,13 @@ func (c *Cluster) ClientProxy(i int) (*netfault.Proxy, error) {
 // AwaitJetStream waits, up to timeout, until JetStream answers an account
 // info request (the cluster has a meta leader).
 func (c *Cluster) AwaitJetStream(timeout time.Duration) error {
-	nc, err := nats.Connect(strings.Join(c.URLs(), ","), nats.Timeout(timeout))
+	return AwaitJetStream(strings.Join(c.URLs(), ","), timeout)
+}
+
+// AwaitJetStream waits, up to timeout, until JetStream answers an account
+// info request on url (a comma-separated list of servers).
+func AwaitJetStream(url string, timeout time.Duration) error {
+	nc, err := nats.Connect(url, nats.Timeout(timeout))
 	if err != nil {
 		return err
 	}
@@ -178,7 +184,7 @@ func (c *Cluster) AwaitJetStream(timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("proctest: JetStream has no meta leader within %v: %w", timeout, err)
+			return fmt.Errorf("proctest: JetStream on %s has no meta leader within %v: %w", url, timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -85,7 +85,7 @@ func (n *nemesis) diskFault() *fault {
 	f.what = fmt.Sprintf("fill the disk of s%d", d.server)
 	f.inject = func() error {
 		if lead {
-			f.what += " (made the stream leader first: " + n.stepDownTo(d.server) + ")"
+			f.what += " (made the stream leader first: " + moveStreamLeader(n.nc, n.js, d.server) + ")"
 		}
 		k, err := d.fill()
 		f.what += fmt.Sprintf(", %d MB written", k>>20)
@@ -107,27 +107,6 @@ func (n *nemesis) diskFault() *fault {
 		return n.awaitStream()
 	}
 	return f
-}
-
-// stepDownTo asks the stream's leader to hand over to server i; it returns
-// what happened.
-func (n *nemesis) stepDownTo(i int) string {
-	if streamLeader(n.js) == i {
-		return "it was"
-	}
-	msg, err := n.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streamName,
-		[]byte(fmt.Sprintf(`{"placement":{"preferred":"s%d"}}`, i)), 5*time.Second)
-	if err != nil {
-		return "step-down: " + err.Error()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if streamLeader(n.js) == i {
-			return "done"
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Sprintf("it did not take over: %s", msg.Data)
 }
 
 // awaitWrite writes the probe key of the nemesis until the stream stores a

@@ -49,6 +49,9 @@ type systemConfig struct {
 	diskServer int
 	workerArgs []string
 	clock      bool // each worker follows a clock control file (clock faults)
+	// on, if set, pins each worker to one server: worker w reaches server
+	// on[w] only (through its proxy); there are len(on) workers.
+	on []int
 }
 
 // startJetStreamSystem runs three clustered nats-servers with JetStream,
@@ -77,6 +80,9 @@ func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *s
 	if n == 0 {
 		n = 3
 	}
+	if cfg.on != nil {
+		n = len(cfg.on)
+	}
 	for w := range n {
 		var links []*netfault.Proxy
 		var urls []string
@@ -84,7 +90,9 @@ func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *s
 			p, err := cl.ClientProxy(i)
 			require.NoError(t, err)
 			links = append(links, p)
-			urls = append(urls, "nats://"+p.Addr())
+			if cfg.on == nil || cfg.on[w] == i {
+				urls = append(urls, "nats://"+p.Addr())
+			}
 		}
 		s.links = append(s.links, links)
 		args := append([]string{"--nats-url", strings.Join(urls, ","), "--kv", "jetstream", "--kv-replicas", "3",
@@ -144,4 +152,25 @@ func (s *system) connect(name string) (*nats.Conn, error) {
 // stream, or -1 if there is none now.
 func streamLeader(js jetstream.JetStream) int {
 	return proctest.StreamLeader(js, streamName, 2*time.Second)
+}
+
+// moveStreamLeader asks the bucket stream's leader to hand over to server
+// i, and waits (bounded) until it has; it returns what happened.
+func moveStreamLeader(nc *nats.Conn, js jetstream.JetStream, i int) string {
+	if streamLeader(js) == i {
+		return "it was"
+	}
+	msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streamName,
+		[]byte(fmt.Sprintf(`{"placement":{"preferred":"s%d"}}`, i)), 5*time.Second)
+	if err != nil {
+		return "step-down: " + err.Error()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if streamLeader(js) == i {
+			return "done"
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Sprintf("it did not take over: %s", msg.Data)
 }

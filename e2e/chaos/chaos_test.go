@@ -13,7 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const clients = 24 // each on its own connection
+// The clients of a run, each on its own connection; fewer with a large
+// state, whose gets carry 1.3 MB each.
+const (
+	clients      = 24
+	largeClients = 8
+)
 
 // flapFor is how long a flapping partition lasts in a long run.
 const flapFor = 20 * time.Second
@@ -27,7 +32,7 @@ func TestChaosShort(t *testing.T) {
 	}
 	const seed = 1
 	t.Logf("seed %d", seed)
-	runBoth(t, seed, 20*time.Second, faultSet{kinds: []string{kindProcess}}, flapFor)
+	runBoth(t, runSpec{seed: seed, duration: 20 * time.Second, faults: faultSet{kinds: []string{kindProcess}}, flap: flapFor})
 }
 
 // TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test
@@ -48,8 +53,17 @@ func TestChaosLong(t *testing.T) {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "CHAOS_SEED")
 	}
-	fmt.Printf("chaos: seed %d, %v of faults (%s) (CHAOS_SEED=%d replays it)\n", seed, d, faults, seed)
-	js, mem := runBoth(t, seed, d, faults, flapFor)
+	large := false
+	switch st := os.Getenv("CHAOS_STATE"); st {
+	case "":
+	case "large":
+		large = true
+	default:
+		t.Fatalf("CHAOS_STATE=%q: the only variant is large (20,000 flows)", st)
+	}
+	fmt.Printf("chaos: seed %d, %v of faults (%s)%s (CHAOS_SEED=%d replays it)\n", seed, d, faults,
+		map[bool]string{true: ", a large state", false: ""}[large], seed)
+	js, mem := runBoth(t, runSpec{seed: seed, duration: d, faults: faults, flap: flapFor, large: large})
 	verdict := "linearizable"
 	for _, r := range []runResult{js, mem} {
 		if r.verdict.result == porcupine.Unknown && verdict == "linearizable" {
@@ -74,25 +88,38 @@ func TestChaosLong(t *testing.T) {
 		verdict, worst, js.stale+mem.stale)
 }
 
+// runSpec is what both systems of a run share.
+type runSpec struct {
+	seed     uint64
+	duration time.Duration
+	faults   faultSet
+	flap     time.Duration
+	large    bool
+}
+
 // runBoth runs the JetStream cluster and the memory worker side by side,
 // the memory worker only if a kind of faults applies to it.
-func runBoth(t *testing.T, seed uint64, d time.Duration, faults faultSet, flap time.Duration) (js, mem runResult) {
-	checkFor := max(30*time.Second, d/4)
+func runBoth(t *testing.T, r runSpec) (js, mem runResult) {
+	checkFor := max(30*time.Second, r.duration/4)
+	n := clients
+	if r.large {
+		n = largeClients
+	}
 	t.Run("run", func(t *testing.T) { // returns once both have run
 		t.Run("jetstream", func(t *testing.T) {
 			t.Parallel()
-			js = runChaos(t, runConfig{name: "jetstream", seed: seed, duration: d, clients: clients, jetstream: true,
-				faults: faults, flap: flap, worker: bin.worker, checkFor: checkFor})
+			js = runChaos(t, runConfig{name: "jetstream", seed: r.seed, duration: r.duration, clients: n, jetstream: true,
+				faults: r.faults, flap: r.flap, large: r.large, worker: bin.worker, checkFor: checkFor})
 			requireOK(t, js)
 		})
-		memFaults := faults.forMemory()
+		memFaults := r.faults.forMemory()
 		if len(memFaults.kinds) == 0 {
 			return
 		}
 		t.Run("memory", func(t *testing.T) {
 			t.Parallel()
-			mem = runChaos(t, runConfig{name: "memory", seed: seed, duration: d, clients: clients,
-				faults: memFaults, worker: bin.worker, checkFor: checkFor})
+			mem = runChaos(t, runConfig{name: "memory", seed: r.seed, duration: r.duration, clients: n,
+				faults: memFaults, large: r.large, worker: bin.worker, checkFor: checkFor})
 			requireOK(t, mem)
 		})
 	})

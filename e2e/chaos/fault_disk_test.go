@@ -1,18 +1,24 @@
 package chaos
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 )
+
+// storeErrors matches what nats-server logs when it cannot write its store.
+var storeErrors = regexp.MustCompile(`\[ERR\] .*(critical write error|no space|insufficient resources|resources exceeded).*`)
 
 // diskSize is the size of the tmpfs under a server's store.
 const diskSize = 64 << 20
@@ -83,7 +89,9 @@ func (n *nemesis) diskFault() *fault {
 	f := &fault{kind: kindDisk, hold: n.between(3*time.Second, 10*time.Second)}
 	lead := n.rng.IntN(2) == 0
 	f.what = fmt.Sprintf("fill the disk of s%d", d.server)
+	var from int64 // the server's output before the fault
 	f.inject = func() error {
+		from = srv.Output().Len()
 		if lead {
 			f.what += " (made the stream leader first: " + moveStreamLeader(n.nc, n.js, d.server) + ")"
 		}
@@ -95,12 +103,22 @@ func (n *nemesis) diskFault() *fault {
 		if err := d.free(); err != nil {
 			return err
 		}
+		f.what += fmt.Sprintf(", freed after %v", ms(int64(f.hold)))
+		if m := storeErrors.FindString(srv.Output().Since(from)); m != "" {
+			f.what += fmt.Sprintf("; s%d logged %q", d.server, strings.TrimSpace(m))
+		}
 		took, ok := n.awaitWrite(recoverWithin)
 		if ok {
-			f.what += fmt.Sprintf(", freed after %v; a write was stored %v later", ms(int64(f.hold)), ms(int64(took)))
+			f.what += fmt.Sprintf("; a write was stored %v later", ms(int64(took)))
+		} else {
+			f.what += fmt.Sprintf("; NO WRITE STORED within %v", recoverWithin)
+		}
+		took, ok = n.awaitCurrent(d.server, recoverWithin)
+		if ok {
+			f.what += fmt.Sprintf("; s%d a current replica %v after the free", d.server, ms(int64(took)))
 			return nil
 		}
-		f.what += fmt.Sprintf(", freed after %v; NO WRITE STORED within %v of freeing it: restarted %s", ms(int64(f.hold)), recoverWithin, srv.Name())
+		f.what += fmt.Sprintf("; s%d NOT A CURRENT REPLICA within %v of the free (%s): restarted it", d.server, recoverWithin, n.replicaState(d.server))
 		if err := srv.Restart(); err != nil {
 			return err
 		}
@@ -115,6 +133,45 @@ func (n *nemesis) awaitWrite(within time.Duration) (time.Duration, bool) {
 	start := time.Now()
 	for time.Since(start) < within {
 		if _, err := n.publish(&nats.Msg{Subject: "$KV." + bucket + ".chaos/probe"}); err == nil {
+			return time.Since(start), true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return within, false
+}
+
+// replicaState describes server i in the stream's cluster info: leader,
+// or a replica with its lag.
+func (n *nemesis) replicaState(i int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := n.js.Stream(ctx, streamName)
+	if err != nil {
+		return err.Error()
+	}
+	c := st.CachedInfo().Cluster
+	if c == nil {
+		return "no cluster info"
+	}
+	name := fmt.Sprintf("s%d", i)
+	if c.Leader == name {
+		return "leader"
+	}
+	for _, r := range c.Replicas {
+		if r.Name == name {
+			return fmt.Sprintf("current %v, offline %v, lag %d, last seen %v ago", r.Current, r.Offline, r.Lag, r.Active.Round(time.Millisecond))
+		}
+	}
+	return "not a replica"
+}
+
+// awaitCurrent waits, up to within, until server i leads the stream or is
+// a current replica of it; it returns how long that took.
+func (n *nemesis) awaitCurrent(i int, within time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < within {
+		st := n.replicaState(i)
+		if st == "leader" || strings.HasPrefix(st, "current true, offline false, lag 0") {
 			return time.Since(start), true
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -205,10 +205,15 @@ func (n *nemesis) events() []event {
 	return append([]event(nil), n.log...)
 }
 
-func formatEvents(evs []event) string {
+// formatEvents lists the events, each followed by its line of details
+// if any.
+func formatEvents(evs []event, details []string) string {
 	var b strings.Builder
-	for _, e := range evs {
+	for i, e := range evs {
 		fmt.Fprintf(&b, "%12v %12v %12v  %-18s %s\n", ms(e.start), ms(e.heal), ms(e.end), e.kind, e.action)
+		if i < len(details) {
+			fmt.Fprintf(&b, "%40s %s\n", "", details[i])
+		}
 	}
 	return b.String()
 }

@@ -165,3 +165,47 @@ func countKinds(evs []event) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// details returns, per event, what the clients were answered from its
+// start to its heal, and how long after the heal each measure recovered.
+func (r *runResult) details(ops []op) []string {
+	out := make([]string, len(r.events))
+	for i, e := range r.events {
+		type tally struct{ ok, rejected, unavailable, timeout int }
+		var reports, gets tally
+		for _, o := range ops {
+			if o.call < e.start || o.call > e.heal || o.in.kind == opInvalid || o.client == r.nemesisID {
+				continue
+			}
+			t := &reports
+			if o.in.kind == opGet {
+				t = &gets
+			}
+			switch {
+			case o.out.status == stOK:
+				t.ok++
+			case o.out.status == stRejected:
+				t.rejected++
+			case o.out.code == "503":
+				t.unavailable++
+			default:
+				t.timeout++
+			}
+		}
+		s := fmt.Sprintf("meanwhile reports %d acked, %d 503, %d failed otherwise; gets %d answered, %d 503, %d failed otherwise",
+			reports.ok, reports.unavailable, reports.timeout+reports.rejected, gets.ok, gets.unavailable, gets.timeout+gets.rejected)
+		if i < len(r.recoveries) {
+			rec := r.recoveries[i]
+			s += "; after the heal"
+			for m := range nMeasures {
+				never := ""
+				if rec.never[m] {
+					never = " (never)"
+				}
+				s += fmt.Sprintf(" %s %v%s", measureNames[m], ms(int64(rec.took[m])), never)
+			}
+		}
+		out[i] = s
+	}
+	return out
+}

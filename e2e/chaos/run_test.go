@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	flowclient "github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -38,6 +39,7 @@ type runConfig struct {
 	jetstream bool
 	faults    faultSet      // none: the nemesis does nothing
 	flap      time.Duration // how long a flapping partition lasts
+	large     bool          // ballast nodes make the state large (large_test.go)
 	worker    string        // the worker binary
 	env       []string      // extra environment of the worker
 	checkFor  time.Duration
@@ -48,8 +50,9 @@ type runConfig struct {
 type runResult struct {
 	ops        int
 	events     []event
-	recoveries []recovery
-	stale      int // gets that served a stale state (the README's exception)
+	recoveries []recovery // one per event
+	nemesisID  int        // the client id of the nemesis's own writes
+	stale      int        // gets that served a stale state (the README's exception)
 	verdict    verdict
 	problems   []string // final gets that disagree, acked reports lost
 	dir        string   // where the violation was written
@@ -82,7 +85,20 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 		require.NoError(t, err)
 		defer nc.Close()
 		c := &client{id: i, nc: nc, rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)+1)), h: h, timeout: requestTimeout, pause: 50 * time.Millisecond}
+		if cfg.large {
+			c.pause = largePause
+			c.chunked, err = flowclient.New(nc, flowclient.Options{Timeout: requestTimeout})
+			require.NoError(t, err)
+		}
 		wg.Go(func() { c.run(ctx) })
+	}
+	if cfg.large {
+		bnc, err := s.connect("chaos ballast")
+		require.NoError(t, err)
+		defer bnc.Close()
+		for b := range ballastNodes {
+			wg.Go(func() { sendBallast(ctx, bnc, h, cfg.clients+2+b, b) })
+		}
 	}
 	unc, err := s.connect("chaos updates")
 	require.NoError(t, err)
@@ -111,7 +127,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	wg.Wait()
 	res.events = nem.events()
 	defer func() { res.report(t, cfg, s, nem, h) }()
-	require.NoError(t, nemErr, "nemesis log:\n%s", formatEvents(nem.events()))
+	require.NoError(t, nemErr, "nemesis log:\n%s", formatEvents(nem.events(), nil))
 
 	last := s.finalGets(t, h, cfg.clients)
 	ops := h.snapshot()
@@ -123,6 +139,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	fresh, stale := splitStale(ops)
 	res.stale = len(stale)
 	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(res.events))...)
+	res.nemesisID = nem.id
 	res.recoveries = recoveries(res.events, fresh, updates.snapshot(), nem.id, h.now())
 	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
@@ -138,8 +155,9 @@ func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis,
 	for _, l := range lines {
 		t.Logf("%s: recovery after the heal, %s", cfg.name, l)
 	}
+	details := r.details(h.snapshot())
 	if os.Getenv("CHAOS_DURATION") != "" {
-		t.Logf("%s: nemesis log (start, heal, end):\n%s", cfg.name, formatEvents(r.events))
+		t.Logf("%s: nemesis log (start, heal, end):\n%s", cfg.name, formatEvents(r.events, details))
 	}
 	for _, p := range r.problems {
 		t.Logf("%s: %s", cfg.name, p)
@@ -161,13 +179,13 @@ func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis,
 			t.Errorf("chaos: %v", err)
 		}
 	}
-	write("nemesis.log", formatEvents(evs))
+	write("nemesis.log", formatEvents(evs, details))
 	var logs strings.Builder
 	for _, p := range s.servers {
-		fmt.Fprintf(&logs, "== %s\n%s\n", p.Name(), p.Tail(logLines))
+		fmt.Fprintf(&logs, "== %s\n%s\n", p.Name(), p.Output())
 	}
 	for _, p := range s.workers {
-		fmt.Fprintf(&logs, "== %s\n%s\n", p.name, p.Tail(logLines))
+		fmt.Fprintf(&logs, "== %s\n%s\n", p.name, p.Output())
 	}
 	write("processes.log", logs.String())
 	if err := dumpHistory(filepath.Join(r.dir, "history.json"), h.snapshot()); err != nil {

@@ -20,19 +20,22 @@ const (
 	largeClients = 8
 )
 
-// flapFor is how long a flapping partition lasts in a long run.
-const flapFor = 20 * time.Second
+// How long a flapping partition lasts in a long run, and in the short one.
+const (
+	flapFor   = 20 * time.Second
+	shortFlap = 4 * time.Second
+)
 
 // TestChaosShort is the short run of `make test`: a fixed seed, about 20 s
-// of process faults on the JetStream cluster and, at the same time, on a
-// memory worker.
+// of process faults and partitions on the JetStream cluster and, at the
+// same time, process faults on a memory worker.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos run takes 20 s")
 	}
 	const seed = 1
 	t.Logf("seed %d", seed)
-	runBoth(t, runSpec{seed: seed, duration: 20 * time.Second, faults: faultSet{kinds: []string{kindProcess}}, flap: flapFor})
+	runBoth(t, runSpec{seed: seed, duration: 20 * time.Second, faults: faultSet{kinds: []string{kindProcess, kindPartition}}, flap: shortFlap})
 }
 
 // TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test

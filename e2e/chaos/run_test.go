@@ -146,7 +146,8 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	return res
 }
 
-// report logs the run, and writes what a failed one needs to be understood.
+// report logs the run, and writes what a failed one (or any, with
+// CHAOS_KEEP set) needs to be understood.
 func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis, h *history) {
 	v := r.verdict
 	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected (%s); %d stale gets",
@@ -162,7 +163,7 @@ func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis,
 	for _, p := range r.problems {
 		t.Logf("%s: %s", cfg.name, p)
 	}
-	if r.ok() && !t.Failed() {
+	if r.ok() && !t.Failed() && os.Getenv("CHAOS_KEEP") == "" {
 		return
 	}
 	r.dir = cfg.outDir

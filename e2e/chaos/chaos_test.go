@@ -82,7 +82,7 @@ func TestChaosLong(t *testing.T) {
 	for _, r := range []runResult{js, mem} {
 		lines, _, _ := summarize(r.recoveries)
 		for _, l := range lines {
-			fmt.Printf("chaos: recovery after the heal, %s\n", l)
+			fmt.Printf("chaos: %s: recovery after the heal, %s\n", r.name, l)
 		}
 	}
 	_, worst, _ := summarize(append(append([]recovery(nil), js.recoveries...), mem.recoveries...))
@@ -103,7 +103,7 @@ type runSpec struct {
 // runBoth runs the JetStream cluster and the memory worker side by side,
 // the memory worker only if a kind of faults applies to it.
 func runBoth(t *testing.T, r runSpec) (js, mem runResult) {
-	checkFor := max(30*time.Second, r.duration/4)
+	checkFor := max(30*time.Second, r.duration/2)
 	n := clients
 	if r.large {
 		n = largeClients
@@ -185,6 +185,14 @@ func TestChaosReplayCheck(t *testing.T) {
 	if s := os.Getenv("CHAOS_REPLAY_LAG"); s != "" {
 		replayLag, _ = time.ParseDuration(s)
 	}
-	v := check(fresh, nil, replayLag, time.Minute)
+	v := check(fresh, nil, replayLag, replayTimeout())
 	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))
+}
+
+// replayTimeout bounds a replayed check: CHAOS_REPLAY_TIMEOUT, default 1m.
+func replayTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("CHAOS_REPLAY_TIMEOUT")); err == nil {
+		return d
+	}
+	return time.Minute
 }

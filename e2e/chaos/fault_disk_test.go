@@ -26,7 +26,7 @@ const diskSize = 64 << 20
 // recoverWithin is how long after its disk is freed a server has to take
 // writes again by itself; past it the nemesis restarts the server (and
 // says so in its log).
-const recoverWithin = 30 * time.Second
+const recoverWithin = 15 * time.Second
 
 // tmpfs is a small tmpfs the test mounted, holding one server's store.
 type tmpfs struct {

@@ -48,6 +48,7 @@ type runConfig struct {
 
 // runResult is what a run found.
 type runResult struct {
+	name       string
 	ops        int
 	events     []event
 	recoveries []recovery // one per event
@@ -62,6 +63,7 @@ func (r runResult) ok() bool { return r.verdict.result != porcupine.Illegal && l
 
 // runChaos runs cfg and checks its history.
 func runChaos(t *testing.T, cfg runConfig) (res runResult) {
+	res.name = cfg.name
 	h := newHistory()
 	var s *system
 	if cfg.jetstream {

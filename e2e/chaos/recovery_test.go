@@ -53,7 +53,8 @@ const (
 var measureNames = [nMeasures]string{"ack", "fresh get", "flow.state"}
 
 // recovery is how long after one fault's heal each measure came; never[m]
-// if it did not before the run ended (its time is then until the end).
+// if it did not before the next fault started or the run ended (its time
+// is then until that moment).
 type recovery struct {
 	kind  string
 	took  [nMeasures]time.Duration
@@ -79,12 +80,16 @@ func recoveries(evs []event, fresh []op, updates []int64, nemesisID int, end int
 		slices.Sort(times[m])
 	}
 	var out []recovery
-	for _, e := range evs {
+	for k, e := range evs {
+		limit := end
+		if k+1 < len(evs) {
+			limit = max(e.heal, evs[k+1].start)
+		}
 		r := recovery{kind: e.kind}
 		for m := range times {
 			i := sort.Search(len(times[m]), func(i int) bool { return times[m][i] >= e.heal })
-			if i == len(times[m]) {
-				r.never[m], r.took[m] = true, time.Duration(end-e.heal)
+			if i == len(times[m]) || times[m][i] > limit {
+				r.never[m], r.took[m] = true, time.Duration(limit-e.heal)
 				continue
 			}
 			r.took[m] = time.Duration(times[m][i] - e.heal)
@@ -133,7 +138,7 @@ func summarize(rs []recovery) (lines []string, worst string, worstTook time.Dura
 			st := statsOf(ds, never)
 			s := fmt.Sprintf("%s p50 %v p99 %v max %v", measureNames[m], ms(int64(st.p50)), ms(int64(st.p99)), ms(int64(st.max)))
 			if never > 0 {
-				s += fmt.Sprintf(" (%d never)", never)
+				s += fmt.Sprintf(" (%d not before the next fault)", never)
 			}
 			parts = append(parts, s)
 			if st.max > worstTook {
@@ -200,7 +205,7 @@ func (r *runResult) details(ops []op) []string {
 			for m := range nMeasures {
 				never := ""
 				if rec.never[m] {
-					never = " (never)"
+					never = " (not before the next fault)"
 				}
 				s += fmt.Sprintf(" %s %v%s", measureNames[m], ms(int64(rec.took[m])), never)
 			}

@@ -16,7 +16,9 @@ func TestRecoveriesCountFromTheHealToTheNextFault(t *testing.T) {
 	ack := func(at int64) op {
 		return op{client: 1, in: input{kind: opReport}, out: output{status: stOK}, call: at - s/10, ret: at}
 	}
-	get := func(at int64) op { return op{client: 2, in: input{kind: opGet}, out: output{status: stOK}, call: at - s/10, ret: at} }
+	get := func(at int64) op {
+		return op{client: 2, in: input{kind: opGet}, out: output{status: stOK}, call: at - s/10, ret: at}
+	}
 	nemesisWrite := op{client: 9, in: input{kind: opReport}, out: output{status: stOK}, ret: 2*s + 1}
 	ops := []op{ack(s), nemesisWrite, ack(3 * s), get(4 * s), ack(6*s + s/2), get(7 * s)}
 	rs := recoveries(evs, ops, []int64{6*s + s/4}, 9, 10*s)

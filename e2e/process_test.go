@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os/exec"
 	"regexp"
 	"syscall"
@@ -24,6 +25,15 @@ const (
 // concurrent use, and it wakes waiters on every write.
 type logBuffer struct{ *proctest.Output }
 
+// String returns everything written so far; on a nil buffer (a process
+// whose output a test reads itself) it says so.
+func (b *logBuffer) String() string {
+	if b == nil {
+		return "(not captured: the test reads this output itself)"
+	}
+	return b.Output.String()
+}
+
 // snapshot returns the content and a channel closed on the next write.
 func (b *logBuffer) snapshot() (string, <-chan struct{}) { return b.Snapshot() }
 
@@ -34,10 +44,10 @@ type process struct {
 	cmd    *exec.Cmd
 	stdout *logBuffer
 	stderr *logBuffer
-	done   chan struct{} // closed when the process has exited
-	code   int           // exit code, valid after done; -1 if killed by a signal
-	exitAt time.Time     // when the exit was seen, valid after done
-	run    *proctest.Process
+	done   chan struct{}     // closed when the process has exited
+	code   int               // exit code, valid after done; -1 if killed by a signal
+	exitAt time.Time         // when the exit was seen, valid after done
+	run    *proctest.Process // nil for a process a test started itself
 }
 
 // startProcess starts path with args and env (nil: the cleaned environment).
@@ -101,9 +111,18 @@ func (p *process) terminate(timeout time.Duration) (code int, ok bool) {
 	if p.exited() {
 		return p.code, true
 	}
-	_, ok = p.run.Stop(timeout)
+	if p.run != nil {
+		_, ok = p.run.Stop(timeout)
+		<-p.done
+		return p.code, ok
+	}
+	p.signal(syscall.SIGTERM)
+	if code, ok := p.wait(timeout); ok {
+		return code, true
+	}
+	p.signal(syscall.SIGKILL)
 	<-p.done
-	return p.code, ok
+	return p.code, false
 }
 
 // waitStderr waits until stderr matches re, and returns the submatches of
@@ -118,5 +137,8 @@ func (p *process) waitStderr(t testing.TB, re *regexp.Regexp, timeout time.Durat
 
 // awaitStderr is waitStderr returning an error instead of failing.
 func (p *process) awaitStderr(re *regexp.Regexp, timeout time.Duration) ([]string, error) {
+	if p.run == nil {
+		return nil, fmt.Errorf("%s: its stderr is not captured", p.name)
+	}
 	return p.run.AwaitOutput(re, timeout)
 }

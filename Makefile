@@ -96,7 +96,9 @@ fuzz:
 
 # The robustness test (e2e/chaos) for CHAOS_DURATION with a random seed, or
 # CHAOS_SEED to replay one: it prints the seed first and one line of figures
-# last; the whole output is in $(BIN)/chaos.log.
+# last; the whole output is in $(BIN)/chaos.log. CHAOS_FAULTS picks the fault
+# kinds (e.g. CHAOS_FAULTS=partition,process; README, Robustness testing) and
+# CHAOS_STATE=large runs it on a 20,000-flow state.
 CHAOS_DURATION ?= 10m
 CHAOS_SEED     ?=
 

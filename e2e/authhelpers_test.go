@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // confServer is a nats-server process that runs with a configuration file,
@@ -39,28 +42,23 @@ func listenConf(port int) string {
 // client with opts can connect. scheme is "nats" or "tls". Cleanup stops it.
 func startConfServer(t testing.TB, scheme string, conf string, opts ...nats.Option) *confServer {
 	t.Helper()
-	s := &confServer{
-		natsServer: &natsServer{t: t},
-		path:       filepath.Join(t.TempDir(), "nats-server.conf"),
-	}
-	s.args = []string{"-c", s.path}
-	var lastErr string
+	path := filepath.Join(t.TempDir(), "nats-server.conf")
+	args := []string{"-c", path}
+	var errs []error
+	var srv *proctest.Server
 	for range 3 {
-		s.port = freePort(t)
-		writeFile(t, s.path, listenConf(s.port)+conf)
-		if s.launch() {
+		port := freePort(t)
+		writeFile(t, path, listenConf(port)+conf)
+		var err error
+		if srv, err = proctest.StartServer(proctest.ServerSpec{Path: bin.natsServer, Port: port, Args: args, SeparateStdout: true}); err == nil {
 			break
 		}
-		lastErr = s.p.stderr.String()
-		s.p = nil
+		errs = append(errs, err) // the port was taken, most likely
 	}
-	require.NotNil(t, s.p, "nats-server did not start with %s; last stderr:\n%s", s.path, lastErr)
+	require.NotNil(t, srv, "nats-server did not start with %s: %v", path, errors.Join(errs...))
+	s := &confServer{natsServer: serverOf(t, srv, args), path: path}
 	s.URL = scheme + "://127.0.0.1:" + strconv.Itoa(s.port)
-	t.Cleanup(func() {
-		if s.p != nil {
-			s.p.terminate(stopTimeout)
-		}
-	})
+	t.Cleanup(func() { s.p.terminate(stopTimeout) })
 	require.NoError(t, s.connectErr(opts...), "connect to nats-server at %s; stderr:\n%s", s.URL, s.p.stderr.String())
 	return s
 }

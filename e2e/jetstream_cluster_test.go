@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // natsCluster is three nats-server processes with JetStream, routed to each
@@ -27,36 +27,16 @@ type natsCluster struct {
 // meta leader.
 func startCluster(t testing.TB) *natsCluster {
 	t.Helper()
-	const n = 3
-	routePorts := make([]int, n)
-	for i := range routePorts {
-		routePorts[i] = freePort(t)
-	}
-	c := &natsCluster{}
-	var urls []string
-	for i := range n {
-		var routes []string
-		for j, p := range routePorts {
-			if j != i {
-				routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p))
-			}
-		}
-		s := startServer(t, "-js", "-sd", t.TempDir(), "-n", fmt.Sprintf("s%d", i),
-			"--cluster_name", "flowstate", "--cluster", "nats://127.0.0.1:"+strconv.Itoa(routePorts[i]),
-			"--routes", strings.Join(routes, ","))
-		c.servers = append(c.servers, s)
-		urls = append(urls, s.URL)
-	}
-	c.URLs = strings.Join(urls, ",")
-	nc := connect(t, c.servers[0].URL)
-	js, err := jetstream.New(nc)
+	pc, err := proctest.StartCluster(proctest.ClusterSpec{Path: bin.natsServer, Name: "flowstate",
+		StoreDir: func(int) string { return t.TempDir() }})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := js.AccountInfo(ctx)
-		return err == nil
-	}, 30*time.Second, 100*time.Millisecond, "JetStream has no meta leader")
+	c := &natsCluster{URLs: strings.Join(pc.URLs(), ",")}
+	for _, srv := range pc.Servers {
+		s := serverOf(t, srv, nil)
+		t.Cleanup(func() { s.p.terminate(stopTimeout) })
+		c.servers = append(c.servers, s)
+	}
+	require.NoError(t, pc.AwaitJetStream(30*time.Second))
 	return c
 }
 

@@ -1,18 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // Bounds of every wait.
@@ -23,26 +21,9 @@ const (
 	messageTimeout = 5 * time.Second  // an expected message arrives
 )
 
-// logBuffer collects a process's output. It is safe for concurrent use, and
-// it wakes waiters on every write.
-type logBuffer struct {
-	mu      sync.Mutex // guards buf and changed
-	buf     bytes.Buffer
-	changed chan struct{} // closed and replaced on every write
-}
-
-func newLogBuffer() *logBuffer {
-	return &logBuffer{changed: make(chan struct{})}
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n, err := b.buf.Write(p)
-	close(b.changed)
-	b.changed = make(chan struct{})
-	return n, err
-}
+// logBuffer is a process's captured output (proctest.Output): safe for
+// concurrent use, and it wakes waiters on every write.
+type logBuffer struct{ *proctest.Output }
 
 // String returns everything written so far; on a nil buffer (a process
 // whose output a test reads itself) it says so.
@@ -50,27 +31,23 @@ func (b *logBuffer) String() string {
 	if b == nil {
 		return "(not captured: the test reads this output itself)"
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return b.Output.String()
 }
 
 // snapshot returns the content and a channel closed on the next write.
-func (b *logBuffer) snapshot() (string, <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String(), b.changed
-}
+func (b *logBuffer) snapshot() (string, <-chan struct{}) { return b.Snapshot() }
 
-// process is a child process with its output captured.
+// process is one run of a child process (a proctest.Process) with its
+// output captured, stdout apart from stderr.
 type process struct {
 	name   string
 	cmd    *exec.Cmd
 	stdout *logBuffer
 	stderr *logBuffer
-	done   chan struct{} // closed when the process has exited
-	code   int           // exit code, valid after done; -1 if killed by a signal
-	exitAt time.Time     // when the exit was seen, valid after done
+	done   chan struct{}     // closed when the process has exited
+	code   int               // exit code, valid after done; -1 if killed by a signal
+	exitAt time.Time         // when the exit was seen, valid after done
+	run    *proctest.Process // nil for a process a test started itself
 }
 
 // startProcess starts path with args and env (nil: the cleaned environment).
@@ -79,21 +56,19 @@ func startProcess(t testing.TB, name, path string, env []string, args ...string)
 	if env == nil {
 		env = cleanEnv()
 	}
-	p := &process{
-		name:   name,
-		cmd:    exec.Command(path, args...),
-		stdout: newLogBuffer(),
-		stderr: newLogBuffer(),
-		done:   make(chan struct{}),
-	}
-	p.cmd.Env = env
-	p.cmd.Stdout = p.stdout
-	p.cmd.Stderr = p.stderr
-	require.NoError(t, p.cmd.Start(), "start %s", name)
+	pp, err := proctest.Start(proctest.Spec{Name: name, Path: path, Args: args, Env: env, SeparateStdout: true})
+	require.NoError(t, err, "start %s", name)
+	return wrapProcess(pp)
+}
+
+// wrapProcess follows the latest run of pp until it exits.
+func wrapProcess(pp *proctest.Process) *process {
+	p := &process{name: pp.Name(), cmd: pp.Cmd(), stdout: &logBuffer{pp.Stdout()}, stderr: &logBuffer{pp.Output()},
+		done: make(chan struct{}), run: pp}
+	exited := pp.Done()
 	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		p.exitAt = time.Now()
+		<-exited
+		p.code, p.exitAt = pp.ExitCode(), pp.ExitedAt()
 		close(p.done)
 	}()
 	return p
@@ -101,15 +76,7 @@ func startProcess(t testing.TB, name, path string, env []string, args ...string)
 
 // cleanEnv is the test's environment without the worker's variables, so that
 // a developer's FLOWSTATE_* settings cannot change what a test runs.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLOWSTATE_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
+func cleanEnv() []string { return proctest.CleanEnv() }
 
 func (p *process) exited() bool {
 	select {
@@ -141,6 +108,14 @@ func (p *process) signal(sig syscall.Signal) {
 // terminate sends SIGTERM, waits up to timeout, then kills. It returns the
 // exit code and whether the process exited by itself in time.
 func (p *process) terminate(timeout time.Duration) (code int, ok bool) {
+	if p.exited() {
+		return p.code, true
+	}
+	if p.run != nil {
+		_, ok = p.run.Stop(timeout)
+		<-p.done
+		return p.code, ok
+	}
 	p.signal(syscall.SIGTERM)
 	if code, ok := p.wait(timeout); ok {
 		return code, true
@@ -162,23 +137,8 @@ func (p *process) waitStderr(t testing.TB, re *regexp.Regexp, timeout time.Durat
 
 // awaitStderr is waitStderr returning an error instead of failing.
 func (p *process) awaitStderr(re *regexp.Regexp, timeout time.Duration) ([]string, error) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		s, changed := p.stderr.snapshot()
-		if m := re.FindStringSubmatch(s); m != nil {
-			return m, nil
-		}
-		select {
-		case <-changed:
-		case <-p.done:
-			s := p.stderr.String()
-			if m := re.FindStringSubmatch(s); m != nil {
-				return m, nil
-			}
-			return nil, fmt.Errorf("%s exited with code %d before stderr matched %q; stderr:\n%s", p.name, p.code, re, s)
-		case <-deadline.C:
-			return nil, fmt.Errorf("%s: stderr did not match %q within %v; stderr:\n%s", p.name, re, timeout, s)
-		}
+	if p.run == nil {
+		return nil, fmt.Errorf("%s: its stderr is not captured", p.name)
 	}
+	return p.run.AwaitOutput(re, timeout)
 }

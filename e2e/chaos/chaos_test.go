@@ -13,37 +13,60 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const clients = 24 // each on its own connection
+// The clients of a run, each on its own connection; fewer with a large
+// state, whose gets carry 1.3 MB each.
+const (
+	clients      = 24
+	largeClients = 8
+)
+
+// How long a flapping partition lasts in a long run, and in the short one.
+const (
+	flapFor   = 20 * time.Second
+	shortFlap = 4 * time.Second
+)
 
 // TestChaosShort is the short run of `make test`: a fixed seed, about 20 s
-// of faults on the JetStream cluster and, at the same time, on a memory
-// worker.
+// of process faults and partitions on the JetStream cluster and, at the
+// same time, process faults on a memory worker.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the chaos run takes 20 s")
 	}
 	const seed = 1
 	t.Logf("seed %d", seed)
-	runBoth(t, seed, 20*time.Second)
+	runBoth(t, runSpec{seed: seed, duration: 20 * time.Second, faults: faultSet{kinds: []string{kindProcess, kindPartition}}, flap: shortFlap})
 }
 
 // TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test
-// is skipped), a random seed unless CHAOS_SEED gives one. It prints the
-// seed first and one line of figures last.
+// is skipped) of the kinds CHAOS_FAULTS names (unset: every kind that is
+// ready), a random seed unless CHAOS_SEED gives one. It prints the seed
+// first and one line of figures last.
 func TestChaosLong(t *testing.T) {
 	env := os.Getenv("CHAOS_DURATION")
 	if env == "" {
 		t.Skip("set CHAOS_DURATION (make chaos)")
 	}
 	d, err := time.ParseDuration(env)
-	require.NoError(t, err, "CHAOS_DURATION")
+	require.NoError(t, err, "CHAOS_DURATION (for example 10m)")
+	faults, err := parseFaults(os.Getenv("CHAOS_FAULTS"))
+	require.NoError(t, err)
 	seed := rand.Uint64() >> 1
 	if s := os.Getenv("CHAOS_SEED"); s != "" {
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "CHAOS_SEED")
 	}
-	fmt.Printf("chaos: seed %d, %v of faults (CHAOS_SEED=%d replays it)\n", seed, d, seed)
-	js, mem := runBoth(t, seed, d)
+	large := false
+	switch st := os.Getenv("CHAOS_STATE"); st {
+	case "":
+	case "large":
+		large = true
+	default:
+		t.Fatalf("CHAOS_STATE=%q: the only variant is large (20,000 flows)", st)
+	}
+	fmt.Printf("chaos: seed %d, %v of faults (%s)%s (CHAOS_SEED=%d replays it)\n", seed, d, faults,
+		map[bool]string{true: ", a large state", false: ""}[large], seed)
+	js, mem := runBoth(t, runSpec{seed: seed, duration: d, faults: faults, flap: flapFor, large: large})
 	verdict := "linearizable"
 	for _, r := range []runResult{js, mem} {
 		if r.verdict.result == porcupine.Unknown && verdict == "linearizable" {
@@ -56,24 +79,50 @@ func TestChaosLong(t *testing.T) {
 	if t.Failed() && verdict == "linearizable" {
 		verdict = "not checked: the run failed"
 	}
-	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%d, %d), history %s; %d stale gets (allowed around server kills and worker pauses)\n",
-		js.ops+mem.ops, js.ops, mem.ops, js.faults+mem.faults, js.faults, mem.faults, verdict, js.stale+mem.stale)
+	for _, r := range []runResult{js, mem} {
+		lines, _, _ := summarize(r.recoveries)
+		for _, l := range lines {
+			fmt.Printf("chaos: %s: recovery after the heal, %s\n", r.name, l)
+		}
+	}
+	_, worst, _ := summarize(append(append([]recovery(nil), js.recoveries...), mem.recoveries...))
+	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%s), history %s; worst recovery %s; %d stale gets (allowed around server kills and worker pauses)\n",
+		js.ops+mem.ops, js.ops, mem.ops, len(js.events)+len(mem.events), countKinds(append(append([]event(nil), js.events...), mem.events...)),
+		verdict, worst, js.stale+mem.stale)
 }
 
-// runBoth runs the JetStream cluster and the memory worker side by side.
-func runBoth(t *testing.T, seed uint64, d time.Duration) (js, mem runResult) {
-	checkFor := max(30*time.Second, d/4)
+// runSpec is what both systems of a run share.
+type runSpec struct {
+	seed     uint64
+	duration time.Duration
+	faults   faultSet
+	flap     time.Duration
+	large    bool
+}
+
+// runBoth runs the JetStream cluster and the memory worker side by side,
+// the memory worker only if a kind of faults applies to it.
+func runBoth(t *testing.T, r runSpec) (js, mem runResult) {
+	checkFor := max(30*time.Second, r.duration/2)
+	n := clients
+	if r.large {
+		n = largeClients
+	}
 	t.Run("run", func(t *testing.T) { // returns once both have run
 		t.Run("jetstream", func(t *testing.T) {
 			t.Parallel()
-			js = runChaos(t, runConfig{name: "jetstream", seed: seed, duration: d, clients: clients, jetstream: true,
-				faults: true, worker: bin.worker, checkFor: checkFor})
+			js = runChaos(t, runConfig{name: "jetstream", seed: r.seed, duration: r.duration, clients: n, jetstream: true,
+				faults: r.faults, flap: r.flap, large: r.large, worker: bin.worker, checkFor: checkFor})
 			requireOK(t, js)
 		})
+		memFaults := r.faults.forMemory()
+		if len(memFaults.kinds) == 0 {
+			return
+		}
 		t.Run("memory", func(t *testing.T) {
 			t.Parallel()
-			mem = runChaos(t, runConfig{name: "memory", seed: seed, duration: d, clients: clients,
-				faults: true, worker: bin.worker, checkFor: checkFor})
+			mem = runChaos(t, runConfig{name: "memory", seed: r.seed, duration: r.duration, clients: n,
+				faults: memFaults, large: r.large, worker: bin.worker, checkFor: checkFor})
 			requireOK(t, mem)
 		})
 	})
@@ -85,7 +134,7 @@ func requireOK(t *testing.T, r runResult) {
 	assert.Empty(t, r.problems)
 	assert.NotEqual(t, porcupine.Illegal, r.verdict.result, "the history is not linearizable; first operations that cannot be:\n%s",
 		joinLines(r.verdict.first))
-	assert.Positive(t, r.faults, "faults injected")
+	assert.NotEmpty(t, r.events, "faults injected")
 }
 
 // TestChaosCatchesBrokenWorker runs the checker against a worker built with
@@ -136,6 +185,14 @@ func TestChaosReplayCheck(t *testing.T) {
 	if s := os.Getenv("CHAOS_REPLAY_LAG"); s != "" {
 		replayLag, _ = time.ParseDuration(s)
 	}
-	v := check(fresh, nil, replayLag, time.Minute)
+	v := check(fresh, nil, replayLag, replayTimeout())
 	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))
+}
+
+// replayTimeout bounds a replayed check: CHAOS_REPLAY_TIMEOUT, default 1m.
+func replayTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("CHAOS_REPLAY_TIMEOUT")); err == nil {
+		return d
+	}
+	return time.Minute
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/vmihailenco/msgpack/v5"
 
+	flowclient "github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
@@ -104,8 +105,9 @@ type client struct {
 	nc      *nats.Conn
 	rng     *rand.Rand
 	h       *history
-	timeout time.Duration // of a request
-	pause   time.Duration // at most, between two operations
+	timeout time.Duration      // of a request
+	pause   time.Duration      // at most, between two operations
+	chunked *flowclient.Client // gets in chunks (a large state), if set
 }
 
 func (c *client) run(ctx context.Context) {
@@ -158,6 +160,11 @@ func (c *client) do(in input) op {
 	}
 	o.call = c.h.now()
 	o.in.call = o.call
+	if in.kind == opGet && c.chunked != nil {
+		o.out = chunkedGet(c.chunked)
+		o.ret = c.h.now()
+		return o
+	}
 	msg, err := c.nc.Request(subject, body, c.timeout)
 	o.ret = c.h.now()
 	o.out = result(in, msg, err)
@@ -222,13 +229,22 @@ func result(in input, msg *nats.Msg, err error) output {
 // decodeAggregate returns the aggregate, and whether it holds anything
 // that no client sent (or does not decode).
 func decodeAggregate(data []byte) (report, bool) {
-	var r report
 	v, err := codec.DecodeAggregate(data)
 	if err != nil {
-		return r, true
+		return report{}, true
 	}
+	return fromValue(v)
+}
+
+// fromValue returns the model's flows of v, and whether v holds anything
+// that no client sent (ballast flows are left to ballastIntact).
+func fromValue(v flowstate.FlowStateValue) (report, bool) {
+	var r report
 	alien := false
 	put := func(id flowstate.FlowID, k int, x int64) {
+		if isBallast(id) {
+			return
+		}
 		if id < 1 || id > nFlows || x < 1 || x > maxValue {
 			alien = true
 			return

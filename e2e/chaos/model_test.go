@@ -6,15 +6,22 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/anishathalye/porcupine"
 )
 
 // state is the model's state in one epoch: every node's last applied
-// report, and the revision.
+// report, and the revision. seen is the highest revision a get has shown,
+// and nodeRev the revision of each node's report if it was acked (0 for
+// one of unknown outcome): a report of unknown outcome past its deadline
+// may show only if no get and no acked report of its node have passed its
+// bound (pendingOp).
 type state struct {
-	nodes [nNodes]report
-	rev   uint64
+	nodes   [nNodes]report
+	rev     uint64
+	seen    uint64
+	nodeRev [nNodes]uint64
 }
 
 // aggregate is the per-flow, per-field max over the nodes' reports.
@@ -54,6 +61,14 @@ type pendingOp struct {
 	report   report
 	call     int64
 	deadline int64
+	// A report of unknown outcome that took effect did so before its
+	// deadline, so at a revision at most bound, the least revision of the
+	// operations of the epoch invoked after the deadline (candidates sets
+	// both per epoch). A get past the deadline may still show it, as long
+	// as the state it is applied to is below bound; until is when an
+	// operation at bound or above has completed, after which no get may.
+	bound uint64
+	until int64
 }
 
 // model is the worker's specification. A get returns the aggregate at one
@@ -88,7 +103,9 @@ func (m *model) step(st, in, out any) []any {
 	case o.rev <= s.rev || m.ackedBetween(o.epoch, s.rev, o.rev-1):
 		return nil
 	default:
-		s.nodes[i.node] = i.report
+		if i.node < nNodes { // else a ballast node's, outside the model
+			s.nodes[i.node], s.nodeRev[i.node] = i.report, o.rev
+		}
 		s.rev = o.rev
 		return []any{s}
 	}
@@ -105,22 +122,18 @@ func (m *model) ackedBetween(epoch string, lo, hi uint64) bool {
 }
 
 // inFlight returns the reports that may take effect in epoch while the get
-// i runs: those of unknown outcome and those acked in another epoch.
+// i runs: those of unknown outcome and those acked in another epoch. It
+// returns a window of the candidates, shared: those in it whose until is
+// before the get's invocation are not in flight (live).
 func (m *model) inFlight(i input, epoch string) []pendingOp {
 	c, reach := m.cands[epoch], m.reach[epoch]
 	hi, _ := slices.BinarySearchFunc(c, i.ret+1, func(p pendingOp, t int64) int { return cmp.Compare(p.call, t) })
-	lo := hi
-	for lo > 0 && reach[lo-1] >= i.call {
-		lo--
-	}
-	var out []pendingOp
-	for _, p := range c[lo:hi] {
-		if p.deadline >= i.call {
-			out = append(out, p)
-		}
-	}
-	return out
+	lo, _ := slices.BinarySearch(reach[:hi], i.call) // reach ascends
+	return c[lo:hi]
 }
+
+// live reports whether p may take effect during the get i (inFlight).
+func live(p *pendingOp, i input) bool { return p.until >= i.call }
 
 // reaches returns, per epoch, the latest deadline of its candidates up to
 // each one: deadlines do not grow with invocations.
@@ -129,7 +142,7 @@ func reaches(cands map[string][]pendingOp) map[string][]int64 {
 	for e, c := range cands {
 		r := make([]int64, len(c))
 		for j, p := range c {
-			r[j] = p.deadline
+			r[j] = p.until
 			if j > 0 {
 				r[j] = max(r[j], r[j-1])
 			}
@@ -167,9 +180,79 @@ func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int
 			}
 			c = append(c, p)
 		}
-		out[e] = c
+		out[e] = extend(c, h, e)
 	}
 	return out
+}
+
+// extend sets bound and until of the candidates c of epoch e, whose
+// operations are in h: until is the earliest completion of a get, or of
+// an acked report of the candidate's node, at bound or above.
+func extend(c []pendingOp, h []porcupine.Operation, e string) []pendingOp {
+	type seen struct {
+		call, ret int64
+		rev       uint64
+	}
+	var ops, gets []seen
+	acks := map[int][]seen{}
+	for _, o := range h {
+		out := o.Output.(output)
+		if out.epoch != e {
+			continue
+		}
+		x := seen{o.Call, o.Return, out.rev}
+		ops = append(ops, x)
+		switch in := o.Input.(input); in.kind {
+		case opGet:
+			gets = append(gets, x)
+		case opReport:
+			acks[in.node] = append(acks[in.node], x)
+		}
+	}
+	slices.SortFunc(ops, func(a, b seen) int { return cmp.Compare(a.call, b.call) })
+	least := make([]uint64, len(ops)+1) // least[i]: the least revision of ops[i:]
+	least[len(ops)] = math.MaxUint64
+	for i := len(ops) - 1; i >= 0; i-- {
+		least[i] = min(least[i+1], ops[i].rev)
+	}
+	// first returns the earliest completion of xs (by completion, with the
+	// running max of revisions in most) at revision r or above.
+	byRet := func(xs []seen) func(r uint64) int64 {
+		slices.SortFunc(xs, func(a, b seen) int { return cmp.Compare(a.ret, b.ret) })
+		most := make([]uint64, len(xs))
+		for i, x := range xs {
+			most[i] = x.rev
+			if i > 0 {
+				most[i] = max(most[i], most[i-1])
+			}
+		}
+		return func(r uint64) int64 {
+			i, _ := slices.BinarySearch(most, r)
+			if i == len(xs) {
+				return math.MaxInt64
+			}
+			return xs[i].ret
+		}
+	}
+	firstGet := byRet(gets)
+	firstAck := map[int]func(uint64) int64{}
+	for n, a := range acks {
+		firstAck[n] = byRet(a)
+	}
+	for j := range c {
+		p := &c[j]
+		i, _ := slices.BinarySearchFunc(ops, p.deadline+1, func(s seen, t int64) int { return cmp.Compare(s.call, t) })
+		p.bound, p.until = least[i], math.MaxInt64
+		if p.bound == math.MaxUint64 {
+			continue
+		}
+		p.until = firstGet(p.bound)
+		if f := firstAck[p.node]; f != nil {
+			p.until = min(p.until, f(p.bound))
+		}
+		p.until = max(p.until, p.deadline)
+	}
+	return c
 }
 
 // maxChoices bounds the successors of one get.
@@ -181,11 +264,17 @@ func (m *model) get(s state, i input, o output) []any {
 		return nil
 	}
 	flight := m.inFlight(i, o.epoch)
-	if aggregate(&s.nodes) == o.agg && (o.rev == s.rev || len(flight) > 0) {
-		s.rev = o.rev
+	anyLive := false
+	for j := range flight {
+		if anyLive = live(&flight[j], i); anyLive {
+			break
+		}
+	}
+	if aggregate(&s.nodes) == o.agg && (o.rev == s.rev || anyLive) {
+		s.rev, s.seen = o.rev, o.rev
 		return []any{s}
 	}
-	if len(flight) == 0 {
+	if !anyLive {
 		return nil
 	}
 	// Per node, what it may hold: its report (-1) or one in flight (the
@@ -221,7 +310,13 @@ func (m *model) get(s state, i input, o output) []any {
 		add(n, -1, &s.nodes[n])
 	}
 	for j := len(flight) - 1; j >= 0; j-- {
-		add(flight[j].node, j, &flight[j].report)
+		p := &flight[j]
+		// Past its deadline, a report shows only on a state below its
+		// bound; a ballast node's is not the model's.
+		if !live(p, i) || p.node >= nNodes || i.call > p.deadline && (s.seen >= p.bound || s.nodeRev[p.node] >= p.bound) {
+			continue
+		}
+		add(p.node, j, &p.report)
 	}
 	var reach [nNodes + 1]uint16
 	for n := nNodes - 1; n >= 0; n-- {
@@ -238,14 +333,15 @@ func (m *model) get(s state, i input, o output) []any {
 			return
 		}
 		if n == nNodes {
-			nodes, used := s.nodes, false
+			next, used := s, false
 			for n, j := range choice {
 				if j >= 0 {
-					nodes[n], used = flight[j].report, true
+					next.nodes[n], next.nodeRev[n], used = flight[j].report, 0, true
 				}
 			}
 			if used {
-				out = append(out, state{nodes: nodes, rev: o.rev})
+				next.rev, next.seen = o.rev, o.rev
+				out = append(out, next)
 			}
 			return
 		}
@@ -273,6 +369,12 @@ func hits(r, agg *report) uint16 {
 
 var hashSeed = maphash.MakeSeed()
 
+// hashState hashes a state's bytes (it holds no pointer and no padding).
+func hashState(s any) uint64 {
+	st := s.(state)
+	return maphash.Bytes(hashSeed, unsafe.Slice((*byte)(unsafe.Pointer(&st)), unsafe.Sizeof(st)))
+}
+
 // newModel is the model with its partition by epoch.
 func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
 	m := &model{table: table, cands: candidates(h, table, opens), lag: lag, acks: map[string][]uint64{}}
@@ -289,7 +391,7 @@ func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64
 		Partition: partition,
 		Init:      func() []any { return []any{state{}} },
 		Step:      m.step,
-		Hash:      func(s any) uint64 { return maphash.Comparable(hashSeed, s.(state)) },
+		Hash:      hashState,
 		DescribeOperation: func(in, out any) string {
 			return describeOp(in.(input), out.(output))
 		},

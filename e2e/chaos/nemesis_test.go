@@ -6,26 +6,48 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowstate-io/flowstate/internal/clock"
 )
 
-// event is one nemesis action, with when it started and ended.
+// event is one nemesis action: when it started, when it was undone (heal;
+// the recovery times count from there) and when it ended.
 type event struct {
-	start, end int64
-	action     string
+	start, heal, end int64
+	kind             string // the fault kind (kinds.go), "+" joined for two at once
+	action           string
 }
 
-// nemesis injects faults at random moments (its RNG is seeded) until its
-// context ends, one at a time, each undone before the next one.
+// fault is one fault of a kind: inject breaks something, heal undoes it
+// after hold. A fault that needs no undoing (a purge, a corrupt write)
+// has no heal and no hold.
+type fault struct {
+	kind, what string
+	inject     func() error
+	hold       time.Duration
+	heal       func() error
+}
+
+// nemesis injects faults of its kinds at random moments (its RNG is
+// seeded) until its context ends, one at a time (or two at once: combo),
+// each undone before the next one.
 type nemesis struct {
-	s   *system
-	rng *rand.Rand
-	h   *history
-	js  jetstream.JetStream // nil without JetStream
+	s     *system
+	rng   *rand.Rand
+	h     *history
+	nc    *nats.Conn          // the nemesis's own connection, to every server directly
+	js    jetstream.JetStream // nil without JetStream
+	kinds []string            // the kinds it injects (kinds.go)
+	combo bool                // sometimes two faults at once
+	flap  time.Duration       // how long a flapping partition lasts
+	id    int                 // the client id of its own writes in the history
+
+	clocks []clock.Control // each worker's clock setting (clock faults)
 
 	mu  sync.Mutex // guards log
 	log []event
@@ -50,68 +72,136 @@ func (n *nemesis) between(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(n.rng.Int64N(int64(hi-lo)+1))
 }
 
-// act injects one fault and undoes it.
+// act injects one fault, or two at once, and undoes it.
 func (n *nemesis) act() error {
-	s := n.s
-	w := n.rng.IntN(len(s.workers))
-	start := n.h.now()
-	var what string
-	var err error
-	choices := 4
-	if n.js != nil {
-		choices = 5
+	if n.combo && n.rng.IntN(4) == 0 {
+		if a, b, ok := n.pair(); ok {
+			return n.twoAtOnce(a, b)
+		}
 	}
-	switch n.rng.IntN(choices) {
-	case 0:
-		what = "SIGKILL and restart " + s.workers[w].name
-		err = s.workers[w].restart(n.h.now)
-	case 1:
-		d := n.between(500*time.Millisecond, 3*time.Second)
-		what = fmt.Sprintf("SIGSTOP %s for %v, then SIGCONT", s.workers[w].name, d.Round(time.Millisecond))
-		s.workers[w].signal(syscall.SIGSTOP)
-		time.Sleep(d) // the fault's duration, not a synchronisation
-		s.workers[w].signal(syscall.SIGCONT)
-	case 2:
-		i, leader := n.rng.IntN(len(s.servers)), ""
-		if n.js != nil && n.rng.IntN(2) == 0 {
-			if l := streamLeader(n.js); l >= 0 {
-				i, leader = l, " (the stream leader)"
+	f, err := n.draw(n.pickKind())
+	if err != nil {
+		return err
+	}
+	return n.perform(f)
+}
+
+// weights are how often each kind is drawn, relative to the others: a disk
+// fault holds the nemesis for half a minute (a full disk leaves its server
+// behind until it is restarted), so it comes less often.
+var weights = map[string]int{kindProcess: 3, kindPartition: 3, kindDisk: 1, kindCorrupt: 2, kindClock: 2}
+
+// pickKind draws one of the nemesis's kinds by weight.
+func (n *nemesis) pickKind() string {
+	total := 0
+	for _, k := range n.kinds {
+		total += weights[k]
+	}
+	x := n.rng.IntN(total)
+	for _, k := range n.kinds {
+		if x -= weights[k]; x < 0 {
+			return k
+		}
+	}
+	return n.kinds[0]
+}
+
+// draw returns a fault of kind.
+func (n *nemesis) draw(kind string) (*fault, error) {
+	switch kind {
+	case kindProcess:
+		return n.processFault(), nil
+	case kindPartition:
+		return n.partitionFault(), nil
+	case kindDisk:
+		return n.diskFault(), nil
+	case kindCorrupt:
+		return n.corruptFault(), nil
+	case kindClock:
+		return n.clockFault(), nil
+	}
+	return nil, fmt.Errorf("chaos: no fault kind %q", kind)
+}
+
+// perform injects f, holds it and heals it, and logs it.
+func (n *nemesis) perform(f *fault) error {
+	start := n.h.now()
+	err := f.inject()
+	heal := n.h.now()
+	if err == nil && f.heal != nil {
+		time.Sleep(f.hold) // the fault's duration, not a synchronisation
+		heal = n.h.now()
+		err = f.heal()
+	}
+	n.record(event{start: start, heal: heal, end: n.h.now(), kind: f.kind, action: f.what})
+	return err
+}
+
+// pair draws two faults to inject together: a partition with a kill, or a
+// pause with a clock jump, as far as the kinds allow.
+func (n *nemesis) pair() (*fault, *fault, bool) {
+	has := func(k string) bool {
+		for _, x := range n.kinds {
+			if x == k {
+				return true
 			}
 		}
-		d := n.between(200*time.Millisecond, 2*time.Second)
-		what = fmt.Sprintf("SIGKILL %s%s, restart after %v", s.servers[i].name, leader, d.Round(time.Millisecond))
-		s.servers[i].kill()
-		time.Sleep(d) // the fault's duration
-		if err = s.servers[i].restart(n.h.now); err == nil && n.js != nil {
-			err = n.awaitStream()
-		}
-	case 3:
-		what = "restart every worker at once (SIGKILL)"
-		var wg sync.WaitGroup
-		errs := make([]error, len(s.workers))
-		for i, p := range s.workers {
-			wg.Go(func() { errs[i] = p.restart(n.h.now) })
-		}
-		wg.Wait()
-		for _, e := range errs {
-			err = cmpErr(err, e)
-		}
-	case 4:
-		what = "purge stream " + streamName + " (a new epoch)"
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		st, serr := n.js.Stream(ctx, streamName)
-		if serr == nil {
-			serr = st.Purge(ctx)
-		}
-		cancel()
-		if serr != nil {
-			what += ": failed: " + serr.Error()
+		return false
+	}
+	var opts [][2]*fault
+	if has(kindPartition) && has(kindProcess) {
+		opts = append(opts, [2]*fault{n.partitionFault(), n.killFault()})
+	}
+	if has(kindClock) && has(kindProcess) {
+		opts = append(opts, [2]*fault{n.pauseFault(), n.clockFault()})
+	}
+	if len(opts) == 0 {
+		return nil, nil, false
+	}
+	o := opts[n.rng.IntN(len(opts))]
+	return o[0], o[1], true
+}
+
+// twoAtOnce injects a, then b while a holds; heals b, then a. A process
+// that b restarts may not come back while a holds (a worker cut from every
+// server exits at start-up once JetStream has not answered for 15 s): it
+// is started again once a is healed, as a supervisor would, and the event
+// says so.
+func (n *nemesis) twoAtOnce(a, b *fault) error {
+	start := n.h.now()
+	err := a.inject()
+	var retry error // b's heal that failed while a held
+	if err == nil {
+		err = b.inject()
+		if err == nil && b.heal != nil {
+			time.Sleep(min(a.hold, b.hold)) // the faults' overlap
+			retry = b.heal()
 		}
 	}
-	n.mu.Lock()
-	n.log = append(n.log, event{start: start, end: n.h.now(), action: what})
-	n.mu.Unlock()
+	time.Sleep(max(0, a.hold-b.hold))
+	heal := n.h.now()
+	if a.heal != nil {
+		err = cmpErr(err, a.heal())
+	}
+	what := a.what + " WITH " + b.what
+	if retry != nil && err == nil {
+		what += "; " + firstLine(retry.Error()) + ": done again after the heal"
+		err = b.heal()
+	}
+	n.record(event{start: start, heal: heal, end: n.h.now(), kind: a.kind + "+" + b.kind, action: what})
 	return err
+}
+
+// firstLine is s up to its first line break.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func (n *nemesis) record(e event) {
+	n.mu.Lock()
+	n.log = append(n.log, e)
+	n.mu.Unlock()
 }
 
 func cmpErr(a, b error) error {
@@ -127,11 +217,19 @@ func (n *nemesis) awaitStream() error {
 	deadline := time.Now().Add(startTimeout)
 	for streamLeader(n.js) < 0 {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("chaos: stream %s has no leader %v after a server restart", streamName, startTimeout)
+			return fmt.Errorf("chaos: stream %s has no leader %v after a fault was undone", streamName, startTimeout)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return nil
+}
+
+// publish publishes msg to the bucket's stream and returns the stream's
+// acknowledgement.
+func (n *nemesis) publish(msg *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return n.js.PublishMsg(ctx, msg)
 }
 
 // events returns the log so far.
@@ -141,13 +239,20 @@ func (n *nemesis) events() []event {
 	return append([]event(nil), n.log...)
 }
 
-func formatEvents(evs []event) string {
+// formatEvents lists the events, each followed by its line of details
+// if any.
+func formatEvents(evs []event, details []string) string {
 	var b strings.Builder
-	for _, e := range evs {
-		fmt.Fprintf(&b, "%12v %12v  %s\n", time.Duration(e.start).Round(time.Millisecond), time.Duration(e.end).Round(time.Millisecond), e.action)
+	for i, e := range evs {
+		fmt.Fprintf(&b, "%12v %12v %12v  %-18s %s\n", ms(e.start), ms(e.heal), ms(e.end), e.kind, e.action)
+		if i < len(details) {
+			fmt.Fprintf(&b, "%40s %s\n", "", details[i])
+		}
 	}
 	return b.String()
 }
+
+func ms(t int64) time.Duration { return time.Duration(t).Round(time.Millisecond) }
 
 func annotations(evs []event) []porcupine.Annotation {
 	var out []porcupine.Annotation

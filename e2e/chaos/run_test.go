@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	flowclient "github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -36,30 +37,45 @@ type runConfig struct {
 	duration  time.Duration
 	clients   int
 	jetstream bool
-	faults    bool
-	worker    string   // the worker binary
-	env       []string // extra environment of the worker
+	faults    faultSet      // none: the nemesis does nothing
+	flap      time.Duration // how long a flapping partition lasts
+	large     bool          // ballast nodes make the state large (large_test.go)
+	worker    string        // the worker binary
+	env       []string      // extra environment of the worker
 	checkFor  time.Duration
 	outDir    string // where a violation is written; "" names one under os.TempDir
 }
 
 // runResult is what a run found.
 type runResult struct {
-	ops, faults int
-	stale       int // gets that served a stale state (the README's exception)
-	verdict     verdict
-	problems    []string // final gets that disagree, acked reports lost
-	dir         string   // where the violation was written
+	name       string
+	ops        int
+	events     []event
+	recoveries []recovery // one per event
+	nemesisID  int        // the client id of the nemesis's own writes
+	stale      int        // gets that served a stale state (the README's exception)
+	verdict    verdict
+	problems   []string // final gets that disagree, acked reports lost
+	dir        string   // where the violation was written
 }
 
 func (r runResult) ok() bool { return r.verdict.result != porcupine.Illegal && len(r.problems) == 0 }
 
 // runChaos runs cfg and checks its history.
 func runChaos(t *testing.T, cfg runConfig) (res runResult) {
+	res.name = cfg.name
 	h := newHistory()
 	var s *system
 	if cfg.jetstream {
-		s = startJetStreamSystem(t, h.now)
+		sc := systemConfig{diskServer: -1, clock: cfg.faults.has(kindClock)}
+		if cfg.faults.has(kindDisk) {
+			d, err := mountTmpfs(t, diskSize)
+			if err != nil {
+				t.Skipf("CHAOS_FAULTS has disk, which puts a server's store on a tmpfs the test mounts, and mounting is not permitted here (%v): run as root, or leave disk out of CHAOS_FAULTS", err)
+			}
+			sc.disk, sc.diskServer = d, int(cfg.seed%3)
+		}
+		s = startJetStreamSystem(t, h.now, sc)
 	} else {
 		s = startMemorySystem(t, h.now, cfg.worker, cfg.env...)
 	}
@@ -71,20 +87,39 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 		require.NoError(t, err)
 		defer nc.Close()
 		c := &client{id: i, nc: nc, rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)+1)), h: h, timeout: requestTimeout, pause: 50 * time.Millisecond}
+		if cfg.large {
+			c.pause = largePause
+			c.chunked, err = flowclient.New(nc, flowclient.Options{Timeout: requestTimeout})
+			require.NoError(t, err)
+		}
 		wg.Go(func() { c.run(ctx) })
 	}
-	nem := &nemesis{s: s, rng: rand.New(rand.NewPCG(cfg.seed, 0)), h: h}
-	if cfg.jetstream {
-		nc, err := s.connect("chaos nemesis")
+	if cfg.large {
+		bnc, err := s.connect("chaos ballast")
 		require.NoError(t, err)
-		defer nc.Close()
+		defer bnc.Close()
+		for b := range ballastNodes {
+			wg.Go(func() { sendBallast(ctx, bnc, h, cfg.clients+2+b, b) })
+		}
+	}
+	unc, err := s.connect("chaos updates")
+	require.NoError(t, err)
+	defer unc.Close()
+	updates, err := watchUpdates(unc, h.now)
+	require.NoError(t, err)
+	nc, err := s.connect("chaos nemesis")
+	require.NoError(t, err)
+	defer nc.Close()
+	nem := &nemesis{s: s, rng: rand.New(rand.NewPCG(cfg.seed, 0)), h: h, nc: nc, kinds: cfg.faults.kinds,
+		combo: cfg.faults.combo, flap: cfg.flap, id: cfg.clients + 1}
+	if cfg.jetstream {
 		nem.js, err = jetstream.New(nc)
 		require.NoError(t, err)
 	}
 	nctx, stopNemesis := context.WithTimeout(context.Background(), cfg.duration)
 	defer stopNemesis()
 	var nemErr error
-	if cfg.faults {
+	if len(cfg.faults.kinds) > 0 {
 		nemErr = nem.run(nctx)
 	} else {
 		<-nctx.Done()
@@ -92,9 +127,9 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	<-time.After(quiet) // the clients go on without faults for a while
 	stopClients()
 	wg.Wait()
-	res.faults = len(nem.events())
+	res.events = nem.events()
 	defer func() { res.report(t, cfg, s, nem, h) }()
-	require.NoError(t, nemErr, "nemesis log:\n%s", formatEvents(nem.events()))
+	require.NoError(t, nemErr, "nemesis log:\n%s", formatEvents(nem.events(), nil))
 
 	last := s.finalGets(t, h, cfg.clients)
 	ops := h.snapshot()
@@ -105,21 +140,32 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	res.problems = append(res.problems, unexpectedRejections(ops)...)
 	fresh, stale := splitStale(ops)
 	res.stale = len(stale)
-	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(nem.events()))...)
+	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(res.events))...)
+	res.nemesisID = nem.id
+	res.recoveries = recoveries(res.events, fresh, updates.snapshot(), nem.id, h.now())
 	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
 	return res
 }
 
-// report logs the run, and writes what a failed one needs to be understood.
+// report logs the run, and writes what a failed one (or any, with
+// CHAOS_KEEP set) needs to be understood.
 func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis, h *history) {
 	v := r.verdict
-	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected; %d stale gets",
-		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), r.faults, r.stale)
+	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected (%s); %d stale gets",
+		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), len(r.events), countKinds(r.events), r.stale)
+	lines, _, _ := summarize(r.recoveries)
+	for _, l := range lines {
+		t.Logf("%s: recovery after the heal, %s", cfg.name, l)
+	}
+	details := r.details(h.snapshot())
+	if os.Getenv("CHAOS_DURATION") != "" {
+		t.Logf("%s: nemesis log (start, heal, end):\n%s", cfg.name, formatEvents(r.events, details))
+	}
 	for _, p := range r.problems {
 		t.Logf("%s: %s", cfg.name, p)
 	}
-	if r.ok() && !t.Failed() {
+	if r.ok() && !t.Failed() && os.Getenv("CHAOS_KEEP") == "" {
 		return
 	}
 	r.dir = cfg.outDir
@@ -136,10 +182,13 @@ func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis,
 			t.Errorf("chaos: %v", err)
 		}
 	}
-	write("nemesis.log", formatEvents(evs))
+	write("nemesis.log", formatEvents(evs, details))
 	var logs strings.Builder
-	for _, p := range append(append([]*proc(nil), s.servers...), s.workers...) {
-		fmt.Fprintf(&logs, "== %s\n%s\n", p.name, p.tail(logKeep))
+	for _, p := range s.servers {
+		fmt.Fprintf(&logs, "== %s\n%s\n", p.Name(), p.Output())
+	}
+	for _, p := range s.workers {
+		fmt.Fprintf(&logs, "== %s\n%s\n", p.name, p.Output())
 	}
 	write("processes.log", logs.String())
 	if err := dumpHistory(filepath.Join(r.dir, "history.json"), h.snapshot()); err != nil {
@@ -191,7 +240,7 @@ func (s *system) opens() map[string]int64 {
 func (s *system) staleWindows(evs []event) [][2]int64 {
 	var out [][2]int64
 	for _, e := range evs {
-		if s.jetstream && (strings.HasPrefix(e.action, "SIGKILL nats-server") || strings.HasPrefix(e.action, "SIGSTOP")) {
+		if s.jetstream && (strings.Contains(e.action, "SIGKILL nats-server") || strings.Contains(e.action, "SIGSTOP")) {
 			out = append(out, [2]int64{e.start, e.end + int64(staleGrace)})
 		}
 	}

@@ -1,11 +1,7 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,67 +9,99 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	clockpkg "github.com/flowstate-io/flowstate/internal/clock"
+	"github.com/flowstate-io/flowstate/internal/netfault"
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
-const streamName = "KV_flow_state" // the stream of the workers' default bucket
-
-var (
-	serverReady = regexp.MustCompile(`Server is ready`)
-	workerReady = regexp.MustCompile(`msg=serving `)
+// The workers' default bucket and its stream.
+const (
+	bucket     = "flow_state"
+	streamName = "KV_" + bucket
 )
 
-// system is the processes of one run: nats-servers and workers.
+// maxFlows is the workers' --max-flows: above the large state's reports,
+// low enough that a node value naming more flows fits in a message.
+const maxFlows = 6000
+
+// system is the processes of one run: nats-servers and workers. In the
+// JetStream system every route and every worker's link to every server
+// goes through a netfault.Proxy, so that the nemesis can partition them;
+// the clients and the nemesis reach the servers directly.
 type system struct {
 	jetstream bool
-	servers   []*proc // servers[i] is named s<i>
+	cluster   *proctest.Cluster // JetStream only
+	servers   []*proctest.Server
 	workers   []*proc
-	urls      string // every server's client URL, comma-separated
+	links     [][]*netfault.Proxy // links[w][i]: worker w's link to server i
+	urls      string              // every server's client URL, comma-separated
 	clock     func() int64
+	disk      *tmpfs // the server store the disk fault fills, if any
+	clockDir  string // the workers' clock control files (clock faults)
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+// systemConfig says what to run besides the defaults.
+type systemConfig struct {
+	workers int // JetStream workers; 0: 3
+	// disk, if not nil, holds server diskServer's store.
+	disk       *tmpfs
+	diskServer int
+	workerArgs []string
+	clock      bool // each worker follows a clock control file (clock faults)
+	// on, if set, pins each worker to one server: worker w reaches server
+	// on[w] only (through its proxy); there are len(on) workers.
+	on []int
 }
 
-// startJetStreamSystem runs three clustered nats-servers with JetStream
-// and three workers sharing an R3 file-storage bucket.
-func startJetStreamSystem(t testing.TB, clock func() int64) *system {
+// startJetStreamSystem runs three clustered nats-servers with JetStream,
+// routed through proxies, and workers sharing an R3 file-storage bucket,
+// each reaching each server through a proxy of its own.
+func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *system {
 	t.Helper()
-	const n = 3
-	s := &system{jetstream: true, clock: clock}
-	routes := make([]string, n)
-	for i := range routes {
-		routes[i] = "nats://127.0.0.1:" + strconv.Itoa(freePort(t))
+	s := &system{jetstream: true, clock: clock, clockDir: t.TempDir()}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	if cfg.disk != nil {
+		s.disk = cfg.disk
+		dirs[cfg.diskServer] = s.disk.dir
+		s.disk.server = cfg.diskServer
 	}
-	var urls []string
-	for i := range n {
-		port := freePort(t)
-		var others []string
-		for j, r := range routes {
-			if j != i {
-				others = append(others, r)
+	cl, err := proctest.StartCluster(proctest.ClusterSpec{Path: bin.natsServer, Name: "chaos", Proxied: true,
+		StoreDir: func(i int) string { return dirs[i] }, Keep: logKeep})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := cl.Close(); err != nil {
+			t.Log(err)
+		}
+	})
+	s.cluster, s.servers, s.urls = cl, cl.Servers, strings.Join(cl.URLs(), ",")
+	require.NoError(t, cl.AwaitJetStream(startTimeout), errNoQuorum)
+	n := cfg.workers
+	if n == 0 {
+		n = 3
+	}
+	if cfg.on != nil {
+		n = len(cfg.on)
+	}
+	for w := range n {
+		var links []*netfault.Proxy
+		var urls []string
+		for i := range s.servers {
+			p, err := cl.ClientProxy(i)
+			require.NoError(t, err)
+			links = append(links, p)
+			if cfg.on == nil || cfg.on[w] == i {
+				urls = append(urls, "nats://"+p.Addr())
 			}
 		}
-		s.servers = append(s.servers, &proc{
-			name: fmt.Sprintf("nats-server s%d", i), path: bin.natsServer, env: cleanEnv(), ready: serverReady,
-			args: []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir(),
-				"-n", fmt.Sprintf("s%d", i), "--cluster_name", "chaos", "--cluster", routes[i],
-				"--routes", strings.Join(others, ",")},
-		})
-		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(port))
-	}
-	s.urls = strings.Join(urls, ",")
-	s.startServers(t)
-	s.awaitMetaLeader(t)
-	for i := range n {
-		s.workers = append(s.workers, &proc{
-			name: fmt.Sprintf("worker %d", i), path: bin.worker, env: cleanEnv(), ready: workerReady,
-			args: []string{"--nats-url", s.urls, "--kv", "jetstream", "--kv-replicas", "3", "--kv-storage", "file"},
-		})
+		s.links = append(s.links, links)
+		args := append([]string{"--nats-url", strings.Join(urls, ","), "--kv", "jetstream", "--kv-replicas", "3",
+			"--kv-storage", "file", "--max-flows", fmt.Sprint(maxFlows)}, cfg.workerArgs...)
+		var env []string
+		if cfg.clock {
+			env = append(env, clockpkg.ControlEnv+"="+s.clockFile(w))
+		}
+		s.workers = append(s.workers, newWorkerProc(fmt.Sprintf("worker %d", w), bin.worker, env, args...))
 	}
 	s.startWorkers(t)
 	return s
@@ -83,26 +111,17 @@ func startJetStreamSystem(t testing.TB, clock func() int64) *system {
 // path with the extra environment env.
 func startMemorySystem(t testing.TB, clock func() int64, path string, env ...string) *system {
 	t.Helper()
-	port := freePort(t)
-	s := &system{clock: clock, urls: "nats://127.0.0.1:" + strconv.Itoa(port)}
-	s.servers = []*proc{{name: "nats-server", path: bin.natsServer, env: cleanEnv(), ready: serverReady,
-		args: []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)}}}
-	s.workers = []*proc{{name: "worker", path: path, env: append(cleanEnv(), env...), ready: workerReady,
-		args: []string{"--nats-url", s.urls}}}
-	s.startServers(t)
+	srv, err := proctest.StartServer(proctest.ServerSpec{Path: bin.natsServer, Keep: logKeep})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := srv.StopGracefully(); err != nil {
+			t.Log(err)
+		}
+	})
+	s := &system{clock: clock, urls: srv.URL, servers: []*proctest.Server{srv}}
+	s.workers = []*proc{newWorkerProc("worker", path, env, "--nats-url", s.urls, "--max-flows", fmt.Sprint(maxFlows))}
 	s.startWorkers(t)
 	return s
-}
-
-func (s *system) startServers(t testing.TB) {
-	t.Helper()
-	for _, p := range s.servers {
-		require.NoError(t, p.start(s.clock))
-		t.Cleanup(func() { _ = p.stop() })
-	}
-	for _, p := range s.servers {
-		require.NoError(t, p.awaitReady())
-	}
 }
 
 // startWorkers starts the workers one after the other, so that the first
@@ -116,27 +135,11 @@ func (s *system) startWorkers(t testing.TB) {
 				t.Error(err)
 			}
 			if t.Failed() {
-				t.Logf("%s, last output:\n%s", p.name, p.tail(30))
+				t.Logf("%s, last output:\n%s", p.name, p.Tail(30))
 			}
 		})
 		require.NoError(t, p.awaitReady())
 	}
-}
-
-// awaitMetaLeader waits until JetStream answers.
-func (s *system) awaitMetaLeader(t testing.TB) {
-	t.Helper()
-	nc, err := nats.Connect(s.urls, nats.Timeout(startTimeout))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := js.AccountInfo(ctx)
-		return err == nil
-	}, startTimeout, 100*time.Millisecond, errNoQuorum)
 }
 
 // connect opens a connection that reconnects forever to any server.
@@ -148,19 +151,26 @@ func (s *system) connect(name string) (*nats.Conn, error) {
 // streamLeader returns the index of the server that leads the bucket's
 // stream, or -1 if there is none now.
 func streamLeader(js jetstream.JetStream) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, streamName)
+	return proctest.StreamLeader(js, streamName, 2*time.Second)
+}
+
+// moveStreamLeader asks the bucket stream's leader to hand over to server
+// i, and waits (bounded) until it has; it returns what happened.
+func moveStreamLeader(nc *nats.Conn, js jetstream.JetStream, i int) string {
+	if streamLeader(js) == i {
+		return "it was"
+	}
+	msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streamName,
+		[]byte(fmt.Sprintf(`{"placement":{"preferred":"s%d"}}`, i)), 5*time.Second)
 	if err != nil {
-		return -1
+		return "step-down: " + err.Error()
 	}
-	info := st.CachedInfo()
-	if info.Cluster == nil {
-		return -1
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if streamLeader(js) == i {
+			return "done"
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	i, err := strconv.Atoi(strings.TrimPrefix(info.Cluster.Leader, "s"))
-	if err != nil {
-		return -1
-	}
-	return i
+	return fmt.Sprintf("it did not take over: %s", msg.Data)
 }

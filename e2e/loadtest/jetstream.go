@@ -10,14 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // backend is where an acked scenario's state lives.
@@ -58,7 +56,7 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 	urls := []string{lt.natsURL}
 	if b.servers > 0 {
 		var stop func() error
-		urls, stop, err = lt.startJetStream(ctx, b.servers)
+		urls, stop, err = lt.startJetStream(b.servers)
 		if err != nil {
 			return r, err
 		}
@@ -116,42 +114,33 @@ func workersCPU(pids []int) (time.Duration, error) {
 // startJetStream starts n nats-servers with JetStream, each with a store
 // of its own, as one cluster when n > 1, and waits until JetStream answers.
 // stop stops them and removes the stores.
-func (lt *loadTest) startJetStream(ctx context.Context, n int) (urls []string, stop func() error, err error) {
+func (lt *loadTest) startJetStream(n int) (urls []string, stop func() error, err error) {
 	dir, err := os.MkdirTemp("", "flowstate-loadtest-js-")
 	if err != nil {
 		return nil, nil, err
 	}
-	var procs []*process
-	stop = func() error {
-		var errs []error
-		for _, p := range procs {
-			errs = append(errs, p.stop(syscall.SIGTERM))
+	storeDir := func(i int) string { return fmt.Sprintf("%s/s%d", dir, i) }
+	var close func() error
+	if n == 1 {
+		var p *process
+		var url string
+		p, url, err = startNATS(lt.bins.NATSServer, "-js", "-sd", storeDir(0), "-n", "s0")
+		if err == nil {
+			urls, close = []string{url}, func() error { return p.stop(syscall.SIGTERM) }
 		}
-		errs = append(errs, os.RemoveAll(dir))
-		return errors.Join(errs...)
+	} else {
+		var c *proctest.Cluster
+		c, err = proctest.StartCluster(proctest.ClusterSpec{Path: lt.bins.NATSServer, N: n, Name: "flowstate",
+			StoreDir: storeDir, Keep: outputKeep, OwnGroup: true})
+		if err == nil {
+			urls, close = c.URLs(), c.Close
+		}
 	}
-	routes := make([]string, n)
-	for i := range routes {
-		port, err := freePort()
-		if err != nil {
-			return nil, nil, errors.Join(err, stop())
-		}
-		routes[i] = "nats://127.0.0.1:" + strconv.Itoa(port)
+	if err != nil {
+		return nil, nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	for i := range n {
-		args := []string{"-js", "-sd", fmt.Sprintf("%s/s%d", dir, i), "-n", fmt.Sprintf("s%d", i)}
-		if n > 1 {
-			others := append(append([]string{}, routes[:i]...), routes[i+1:]...)
-			args = append(args, "--cluster_name", "flowstate", "--cluster", routes[i], "--routes", strings.Join(others, ","))
-		}
-		p, url, err := startNATS(ctx, lt.bins.NATSServer, args...)
-		if err != nil {
-			return nil, nil, errors.Join(err, stop())
-		}
-		procs = append(procs, p)
-		urls = append(urls, url)
-	}
-	if err := waitJetStream(ctx, urls[0]); err != nil {
+	stop = func() error { return errors.Join(close(), os.RemoveAll(dir)) }
+	if err := proctest.AwaitJetStream(strings.Join(urls, ","), jetStreamTimeout); err != nil {
 		return nil, nil, errors.Join(err, stop())
 	}
 	return urls, stop, nil
@@ -159,39 +148,6 @@ func (lt *loadTest) startJetStream(ctx context.Context, n int) (urls []string, s
 
 // jetStreamTimeout bounds the wait for a cluster's JetStream meta leader.
 const jetStreamTimeout = 30 * time.Second
-
-// waitJetStream waits until JetStream answers an account info request on
-// url, up to jetStreamTimeout.
-func waitJetStream(ctx context.Context, url string) error {
-	nc, err := connect(url, "loadtest-js-probe")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(jetStreamTimeout)
-	for {
-		actx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := js.AccountInfo(actx)
-		cancel()
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case time.Now().After(deadline):
-			return fmt.Errorf("JetStream on %s not ready within %v: %w", url, jetStreamTimeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
 
 // ackedTargets are the targets of issue 10, when an acked scenario ran.
 func ackedTargets(find func(string) []runResult) []target {

@@ -3,17 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // Bounds of the waits on processes.
@@ -22,110 +18,48 @@ const (
 	stopTimeout  = 10 * time.Second // a process exits after a signal
 )
 
-// process is a child process with the tail of its output.
+// outputKeep is how many bytes of a process's output are kept.
+const outputKeep = 64 << 10
+
+// process is a child process (a proctest.Process) with the tail of its
+// output, in its own process group (so that a Ctrl-C reaches only this
+// program, which stops the children in order) and killed if this program
+// dies. FLOWSTATE_* variables are not passed on.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	out  *tailBuffer
-	done chan struct{} // closed when the process has exited
+	*proctest.Process
 }
 
-// startProcess starts path with args, in its own process group (so that a
-// Ctrl-C reaches only this program, which stops the children in order) and
-// killed if this program dies. FLOWSTATE_* variables are not passed on.
+// startProcess starts path with args.
 func startProcess(name, path string, args ...string) (*process, error) {
-	p := &process{name: name, cmd: exec.Command(path, args...), out: &tailBuffer{max: 64 << 10}, done: make(chan struct{})}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FLOWSTATE_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *process) pid() int { return p.cmd.Process.Pid }
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends sig, waits up to stopTimeout, then kills and waits as long
-// again. It returns an error if the process had to be killed.
-func (p *process) stop(sig syscall.Signal) error {
-	if p.exited() {
-		return nil
-	}
-	_ = p.cmd.Process.Signal(sig)
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-p.done:
-		return nil
-	case <-t.C:
-	}
-	_ = p.cmd.Process.Kill()
-	t.Reset(stopTimeout)
-	select {
-	case <-p.done:
-	case <-t.C:
-	}
-	return fmt.Errorf("%s did not exit within %v of %v; killed", p.name, stopTimeout, sig)
-}
-
-// tailBuffer keeps the last max bytes written to it; it is safe for
-// concurrent use.
-type tailBuffer struct {
-	mu  sync.Mutex // guards buf
-	max int
-	buf []byte
-}
-
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-// freePort returns a port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := proctest.Start(proctest.Spec{Name: name, Path: path, Args: args, Keep: outputKeep, OwnGroup: true})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return &process{p}, nil
 }
 
-// startWithRetry starts a server on a free port, trying again a few times
-// in case another program took the port in between.
+func (p *process) pid() int { return p.Pid() }
+
+func (p *process) exited() bool { return p.Exited() }
+
+// stop sends sig, waits up to stopTimeout, then kills. It returns an error
+// if the process had to be killed.
+func (p *process) stop(sig syscall.Signal) error {
+	if p.Exited() {
+		return nil
+	}
+	if _, ok := p.StopWith(sig, stopTimeout); !ok {
+		return fmt.Errorf("%s did not exit within %v of %v; killed", p.Name(), stopTimeout, sig)
+	}
+	return nil
+}
+
+// startWithRetry starts a process that listens on a free port, trying
+// again a few times in case another program took the port in between.
 func startWithRetry(ctx context.Context, start func(port int) (*process, error), ready func(p *process, port int) error) (*process, int, error) {
 	var lastErr error
 	for range 3 {
-		port, err := freePort()
+		port, err := proctest.FreePort()
 		if err != nil {
 			return nil, 0, err
 		}
@@ -154,10 +88,10 @@ func poll(ctx context.Context, p *process, what string, try func() error) error 
 			return nil
 		}
 		if p.exited() {
-			return fmt.Errorf("%s exited before %s; output:\n%s", p.name, what, p.out)
+			return fmt.Errorf("%s exited before %s; output:\n%s", p.Name(), what, p.Output())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not %s within %v: %v; output:\n%s", p.name, what, startTimeout, err, p.out)
+			return fmt.Errorf("%s: not %s within %v: %v; output:\n%s", p.Name(), what, startTimeout, err, p.Output())
 		}
 		select {
 		case <-ctx.Done():
@@ -168,26 +102,13 @@ func poll(ctx context.Context, p *process, what string, try func() error) error 
 }
 
 // startNATS starts nats-server with args on a free port of 127.0.0.1 and
-// waits until a client can connect.
-func startNATS(ctx context.Context, path string, args ...string) (p *process, url string, err error) {
-	p, port, err := startWithRetry(ctx,
-		func(port int) (*process, error) {
-			return startProcess("nats-server", path, append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
-		},
-		func(p *process, port int) error {
-			url := "nats://127.0.0.1:" + strconv.Itoa(port)
-			return poll(ctx, p, "accepting clients", func() error {
-				nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
-				if err == nil {
-					nc.Close()
-				}
-				return err
-			})
-		})
+// waits until it is ready.
+func startNATS(path string, args ...string) (p *process, url string, err error) {
+	srv, err := proctest.StartServer(proctest.ServerSpec{Path: path, Args: args, Keep: outputKeep, OwnGroup: true})
 	if err != nil {
 		return nil, "", err
 	}
-	return p, "nats://127.0.0.1:" + strconv.Itoa(port), nil
+	return &process{srv.Process}, srv.URL, nil
 }
 
 // workerProc is a running worker with its metrics endpoint.
@@ -229,7 +150,7 @@ func startWorker(ctx context.Context, path, natsURL string, args ...string) (*wo
 // logProblems returns the worker's warning and error log lines, at most n.
 func (w *workerProc) logProblems(n int) []string {
 	var out []string
-	for _, line := range strings.Split(w.out.String(), "\n") {
+	for _, line := range strings.Split(w.Output().String(), "\n") {
 		if len(out) < n && (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) {
 			out = append(out, line)
 		}
@@ -245,7 +166,7 @@ func startPerf(pid int, file string) (*process, error) {
 	}
 	time.Sleep(200 * time.Millisecond) // let it attach
 	if p.exited() {
-		return nil, fmt.Errorf("perf exited: %s", p.out)
+		return nil, fmt.Errorf("perf exited: %s", p.Output())
 	}
 	return p, nil
 }

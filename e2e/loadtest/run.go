@@ -36,7 +36,7 @@ func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
 	defer cleanup()
 	lt.bins = bins
 	lt.natsVersion = strings.TrimPrefix(binaryVersion(ctx, bins.NATSServer), "nats-server: ")
-	srv, url, err := startNATS(ctx, bins.NATSServer)
+	srv, url, err := startNATS(bins.NATSServer)
 	if err != nil {
 		return nil, err
 	}

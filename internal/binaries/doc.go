@@ -2,6 +2,6 @@
 // test run as processes: the worker, from this module, and nats-server, from
 // the version go.mod requires.
 //
-// It only builds and locates them; starting, stopping and talking to the
-// processes is the tests' (e2e, e2e/loadtest).
+// It only builds and locates them; internal/proctest starts and stops the
+// processes, and the tests talk to them.
 package binaries

@@ -1,0 +1,82 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The fault kinds CHAOS_FAULTS names.
+const (
+	kindProcess   = "process"   // kill, pause, restart of workers and servers; purge
+	kindPartition = "partition" // links stalled, cut or held one way (JetStream)
+	kindDisk      = "disk"      // a server's store filled, then freed (JetStream, needs mount)
+	kindCorrupt   = "corrupt"   // hostile values and deletes written into node keys (JetStream)
+	kindClock     = "clock"     // a worker's clock jumped or sped up (a worker that reads the test clock)
+	kindCombo     = "combo"     // sometimes two of the above at once
+)
+
+// allKinds are the kinds in the order they are listed.
+var allKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindClock, kindCombo}
+
+// readyKinds are those a run injects when CHAOS_FAULTS is unset. The
+// corrupt writes wait for workers that apply a hostile node value as the
+// node's absence (PROTOCOL.md, "What a worker applies from a shared
+// store"); the clock faults for a worker that reads the test clock.
+var readyKinds = []string{kindProcess, kindPartition, kindDisk, kindCombo}
+
+// faultSet is what a run injects.
+type faultSet struct {
+	kinds []string // fault kinds, without combo
+	combo bool
+}
+
+func (f faultSet) has(k string) bool { return slices.Contains(f.kinds, k) }
+
+func (f faultSet) String() string {
+	k := f.kinds
+	if f.combo {
+		k = append(slices.Clone(k), kindCombo)
+	}
+	return strings.Join(k, ",")
+}
+
+// parseFaults reads CHAOS_FAULTS: a comma-separated list of kinds ("" is
+// readyKinds).
+func parseFaults(env string) (faultSet, error) {
+	names := readyKinds
+	if strings.TrimSpace(env) != "" {
+		names = strings.Split(env, ",")
+	}
+	var f faultSet
+	for _, name := range names {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == kindCombo:
+			f.combo = true
+		case slices.Contains(allKinds, name):
+			if !f.has(name) {
+				f.kinds = append(f.kinds, name)
+			}
+		default:
+			return f, fmt.Errorf("CHAOS_FAULTS: no fault kind %q; the kinds are %s (for example CHAOS_FAULTS=partition,process)",
+				name, strings.Join(allKinds, ", "))
+		}
+	}
+	if f.has(kindClock) && !clockWired {
+		return f, fmt.Errorf("CHAOS_FAULTS names clock, but the worker does not read its time from internal/clock yet, so a control file cannot move it; leave clock out")
+	}
+	if len(f.kinds) == 0 {
+		return f, fmt.Errorf("CHAOS_FAULTS=%q names no fault kind to inject besides combo; for example CHAOS_FAULTS=partition,process,combo", env)
+	}
+	return f, nil
+}
+
+// forMemory returns the kinds that apply to a memory worker on its own
+// server: the process faults, if named.
+func (f faultSet) forMemory() faultSet {
+	if f.has(kindProcess) {
+		return faultSet{kinds: []string{kindProcess}}
+	}
+	return faultSet{}
+}

@@ -1,0 +1,57 @@
+package clock
+
+import "time"
+
+// Clock is the time a process reads.
+type Clock interface {
+	Now() time.Time
+	Since(t time.Time) time.Duration
+	// NewTimer returns a timer that sends the time on C once d has passed.
+	NewTimer(d time.Duration) Timer
+	// NewTicker returns a ticker that sends the time on C every d (d > 0),
+	// dropping ticks for a slow receiver.
+	NewTicker(d time.Duration) Ticker
+	// After is NewTimer(d).C().
+	After(d time.Duration) <-chan time.Time
+}
+
+// Timer is a time.Timer of a Clock.
+type Timer interface {
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it was
+	// active.
+	Stop() bool
+	// Reset makes the timer fire d from now; it reports whether it was
+	// active.
+	Reset(d time.Duration) bool
+}
+
+// Ticker is a time.Ticker of a Clock.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+	Reset(d time.Duration)
+}
+
+// Real is the system clock.
+var Real Clock = realClock{}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) Since(t time.Time) time.Duration        { return time.Since(t) }
+func (realClock) NewTimer(d time.Duration) Timer         { return realTimer{time.NewTimer(d)} }
+func (realClock) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+type realTimer struct{ t *time.Timer }
+
+func (t realTimer) C() <-chan time.Time        { return t.t.C }
+func (t realTimer) Stop() bool                 { return t.t.Stop() }
+func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
+
+type realTicker struct{ t *time.Ticker }
+
+func (t realTicker) C() <-chan time.Time   { return t.t.C }
+func (t realTicker) Stop()                 { t.t.Stop() }
+func (t realTicker) Reset(d time.Duration) { t.t.Reset(d) }

@@ -1,0 +1,232 @@
+package proctest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowstate-io/flowstate/internal/netfault"
+)
+
+// deadClusterAddr is what a proxied cluster's servers advertise as their
+// cluster address: nothing listens on port 1, so a route that a server
+// would open to a peer it heard of through a third one (an implicit
+// route, tried once) is refused instead of going around the proxies.
+const deadClusterAddr = "127.0.0.1:1"
+
+// ClusterSpec says how to run a JetStream cluster of nats-servers.
+type ClusterSpec struct {
+	Path string // the nats-server binary
+	N    int    // servers; 0: 3
+	Name string // the cluster's name; "": "proctest"
+	// StoreDir returns server i's JetStream store directory.
+	StoreDir func(i int) string
+	// Proxied sends every route through a netfault.Proxy: each server
+	// opens its routes to each other one through a proxy of its own (two
+	// per pair: Link). The servers advertise no client URLs, so that
+	// clients given proxies (ClientProxy) use nothing else.
+	Proxied bool
+	// Args returns more arguments for server i (nil: none).
+	Args func(i int) []string
+	Keep int // bytes of each server's output kept (0: all)
+	// OwnGroup runs each server in a process group of its own (see Spec).
+	OwnGroup bool
+}
+
+// Cluster is N nats-servers with JetStream, routed to each other on
+// loopback; server i is named s<i>.
+type Cluster struct {
+	Servers []*Server
+	links   map[[2]int]*Link
+
+	mu      sync.Mutex // guards proxies
+	proxies []*netfault.Proxy
+}
+
+// StartCluster starts the servers and waits until each one is ready (not
+// until JetStream has a leader: AwaitJetStream). Close stops them.
+func StartCluster(spec ClusterSpec) (*Cluster, error) {
+	if spec.N == 0 {
+		spec.N = 3
+	}
+	if spec.Name == "" {
+		spec.Name = "proctest"
+	}
+	if spec.StoreDir == nil {
+		return nil, errors.New("proctest: ClusterSpec.StoreDir is required")
+	}
+	c := &Cluster{links: map[[2]int]*Link{}}
+	if err := c.start(spec); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(spec ClusterSpec) error {
+	listen := make([]string, spec.N) // host:port of each cluster listener
+	for i := range listen {
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		listen[i] = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	for i := range spec.N {
+		for j := i + 1; spec.Proxied && j < spec.N; j++ {
+			ab, err := c.proxy(listen[j])
+			if err != nil {
+				return err
+			}
+			ba, err := c.proxy(listen[i])
+			if err != nil {
+				return err
+			}
+			c.links[[2]int{i, j}] = &Link{A: i, B: j, ab: ab, ba: ba}
+		}
+	}
+	for i := range spec.N {
+		var routes []string
+		for j := range spec.N {
+			switch {
+			case j == i:
+			case spec.Proxied && j > i:
+				routes = append(routes, "nats://"+c.links[[2]int{i, j}].ab.Addr())
+			case spec.Proxied:
+				routes = append(routes, "nats://"+c.links[[2]int{j, i}].ba.Addr())
+			default:
+				routes = append(routes, "nats://"+listen[j])
+			}
+		}
+		args := []string{"-js", "-sd", spec.StoreDir(i), "-n", fmt.Sprintf("s%d", i),
+			"--cluster_name", spec.Name, "--cluster", "nats://" + listen[i]}
+		if len(routes) > 0 {
+			args = append(args, "--routes", strings.Join(routes, ","))
+		}
+		if spec.Proxied {
+			args = append(args, "--no_advertise", "--cluster_advertise", deadClusterAddr)
+		}
+		if spec.Args != nil {
+			args = append(args, spec.Args(i)...)
+		}
+		s, err := StartServer(ServerSpec{Name: fmt.Sprintf("nats-server s%d", i), Path: spec.Path, Args: args,
+			Keep: spec.Keep, OwnGroup: spec.OwnGroup})
+		if err != nil {
+			return err
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	return nil
+}
+
+func (c *Cluster) proxy(target string) (*netfault.Proxy, error) {
+	p, err := netfault.Start(target)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.proxies = append(c.proxies, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// URLs returns every server's client URL (not through a proxy).
+func (c *Cluster) URLs() []string {
+	out := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		out[i] = s.URL
+	}
+	return out
+}
+
+// Route returns the link between servers i and j (either order), or nil
+// if the cluster is not proxied.
+func (c *Cluster) Route(i, j int) *Link {
+	return c.links[[2]int{min(i, j), max(i, j)}]
+}
+
+// ClientProxy starts a proxy to server i's client port, which Close
+// closes. Its URL is "nats://" + Addr().
+func (c *Cluster) ClientProxy(i int) (*netfault.Proxy, error) {
+	return c.proxy(c.Servers[i].URL[len("nats://"):])
+}
+
+// AwaitJetStream waits, up to timeout, until JetStream answers an account
+// info request (the cluster has a meta leader).
+func (c *Cluster) AwaitJetStream(timeout time.Duration) error {
+	return AwaitJetStream(strings.Join(c.URLs(), ","), timeout)
+}
+
+// AwaitJetStream waits, up to timeout, until JetStream answers an account
+// info request on url (a comma-separated list of servers).
+func AwaitJetStream(url string, timeout time.Duration) error {
+	nc, err := nats.Connect(url, nats.Timeout(timeout))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("proctest: JetStream on %s has no meta leader within %v: %w", url, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// StreamLeader returns the index of the server that leads stream, or -1
+// if there is none now (or js cannot tell within timeout).
+func StreamLeader(js jetstream.JetStream, stream string, timeout time.Duration) int {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return -1
+	}
+	info := st.CachedInfo()
+	if info.Cluster == nil {
+		return -1
+	}
+	i, err := strconv.Atoi(strings.TrimPrefix(info.Cluster.Leader, "s"))
+	if err != nil {
+		return -1
+	}
+	return i
+}
+
+// Close stops every server (SIGTERM, SIGKILL after StopTimeout) and closes
+// every proxy; the error names the servers that had to be killed.
+func (c *Cluster) Close() error {
+	var errs []error
+	var wg sync.WaitGroup
+	errc := make([]error, len(c.Servers))
+	for i, s := range c.Servers {
+		wg.Go(func() { errc[i] = s.StopGracefully() })
+	}
+	wg.Wait()
+	errs = append(errs, errc...)
+	c.mu.Lock()
+	proxies := c.proxies
+	c.proxies = nil
+	c.mu.Unlock()
+	for _, p := range proxies {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}

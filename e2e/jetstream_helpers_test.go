@@ -288,6 +288,26 @@ func awaitEpochChange(t testing.TB, c *client, old string, timeout time.Duration
 	}
 }
 
+// awaitEveryWorkerAt waits until ten gets in a row, answered by whichever
+// workers the queue group picks, show version v: a worker that has not
+// moved to v's epoch yet answers 503 meanwhile (its read barrier refuses a
+// wiped epoch), and no get may show another state.
+func awaitEveryWorkerAt(t testing.TB, c *client, v version, timeout time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for inARow := 0; inARow < 10; {
+		require.True(t, time.Now().Before(deadline), "%s: the workers did not all serve %+v within %v", what, v, timeout)
+		msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
+		if err != nil || msg.Header.Get(micro.ErrorHeader) != "" {
+			inARow = 0
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		require.Equal(t, v, parseAggregateMsg(t, msg).version, "%s: a get showed another state", what)
+		inARow++
+	}
+}
+
 // publishesTotal scrapes a worker's flowstate_publishes_total.
 func publishesTotal(t testing.TB, body string) int {
 	t.Helper()

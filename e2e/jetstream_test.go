@@ -136,7 +136,7 @@ func TestJetStreamWipedBucketStartsNewEpoch(t *testing.T) {
 		seen[m.Epoch] = true
 		assert.Zero(t, m.Revision, "%s: revision", wipe.how)
 		assert.Equal(t, unhex(t, hexEmptyValue), m.Body, "%s: empty state", wipe.how)
-		assert.Equal(t, m.version, c.get().version, "%s: every worker is in the new epoch", wipe.how)
+		awaitEveryWorkerAt(t, c, m.version, startTimeout, wipe.how)
 
 		var ack version
 		require.Eventually(t, func() bool {

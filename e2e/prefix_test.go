@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // leaveTimeout bounds the wait for one of two workers with different
@@ -70,9 +72,10 @@ func TestAWorkerBesideAnotherStateOfItsPrefixExitsAtStart(t *testing.T) {
 // launched before it: they connect together once it is up.
 func startServerLater(t testing.TB, port int) *natsServer {
 	t.Helper()
-	s := &natsServer{t: t, port: port, args: []string{"-js", "-sd", t.TempDir()}}
-	require.True(t, s.launch(), "nats-server did not start on port %d; stderr:\n%s", port, s.p.stderr.String())
-	s.URL = "nats://127.0.0.1:" + strconv.Itoa(port)
+	args := []string{"-js", "-sd", t.TempDir()}
+	srv, err := proctest.StartServer(proctest.ServerSpec{Path: bin.natsServer, Port: port, Args: args, SeparateStdout: true})
+	require.NoError(t, err, "nats-server on port %d", port)
+	s := serverOf(t, srv, args)
 	t.Cleanup(func() { s.p.terminate(stopTimeout) })
 	return s
 }

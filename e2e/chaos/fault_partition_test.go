@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/netfault"
+	fsstate "github.com/flowstate-io/flowstate/state"
 )
 
 // link is a route or a worker's link to a server, which the nemesis can
@@ -195,7 +195,7 @@ func (n *nemesis) leaseHolder() int {
 	if err != nil {
 		return -1
 	}
-	e, err := kv.Get(ctx, flowstate.PublisherKey)
+	e, err := kv.Get(ctx, fsstate.PublisherKey)
 	if err != nil {
 		return -1
 	}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/internal/proctest"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -73,7 +74,7 @@ func (lt *loadTest) runFanout(ctx context.Context, sc scenario) (r fanoutResult,
 		return r, err
 	}
 	defer os.RemoveAll(dir)
-	monitor, err := freePort()
+	monitor, err := proctest.FreePort()
 	if err != nil {
 		return r, err
 	}
@@ -81,7 +82,7 @@ func (lt *loadTest) runFanout(ctx context.Context, sc scenario) (r fanoutResult,
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf("max_pending: %d\nhttp: \"127.0.0.1:%d\"\n", fanoutMaxPending, monitor)), 0o600); err != nil {
 		return r, err
 	}
-	srv, url, err := startNATS(ctx, lt.bins.NATSServer, "-c", conf)
+	srv, url, err := startNATS(lt.bins.NATSServer, "-c", conf)
 	if err != nil {
 		return r, err
 	}

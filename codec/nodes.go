@@ -46,16 +46,5 @@ func MinNodesLen(n int) int {
 	return arrayLenLen(n) + n*minNodeLen
 }
 
-// appendArrayLen appends an array header of n items.
-func appendArrayLen(dst []byte, n int) []byte {
-	switch {
-	case n <= 15:
-		return append(dst, codeFixArray|byte(n))
-	case n <= 0xffff:
-		return append(dst, codeArray16, byte(n>>8), byte(n))
-	}
-	return append(dst, codeArray32, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-}
-
 // arrayLenLen is the length appendArrayLen writes; the same as a map's.
 func arrayLenLen(n int) int { return mapLenLen(n) }

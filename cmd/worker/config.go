@@ -54,10 +54,14 @@ type Config struct {
 	setBy map[string]string
 }
 
+// defaultListen is where the embedded server listens by default, and so
+// where the subcommands look for NATS (defaultCLIURL).
+const defaultListen = "127.0.0.1:4222"
+
 // defaultConfig is the configuration with no flag and no variable set.
 func defaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:4222",
+		Listen:          defaultListen,
 		Prefix:          protocol.DefaultPrefix,
 		Queue:           protocol.DefaultQueue,
 		PublishInterval: consumer.DefaultPublishInterval,

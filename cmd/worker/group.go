@@ -73,10 +73,10 @@ func (g *group) wait(ctx context.Context) {
 // for each, it ends Run's context, waits for Run to return, then calls
 // Stop. It returns the error of the first Run to return (the failure that
 // stopped the group, if one did), then the others', and those of the
-// stops, each named after its actor; an actor that has not stopped by the
-// deadline gives errActorsStuck, and those after it are told to stop at
-// once, without a wait. The actors it stopped are forgotten: a second stop
-// does nothing.
+// stops, each named after its actor. An actor that has not stopped by the
+// deadline gives errActorsStuck, and so do those after it, which are told
+// to stop at once, without a wait. The actors it stopped are forgotten: a
+// second stop does nothing.
 func (g *group) stop(ctx context.Context) error {
 	var first *member
 	if g.exited != nil {

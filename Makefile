@@ -70,12 +70,14 @@ test: vet js-deps rules-test rust-test
 # several sizes, gets under ingest, RSS, deltas against full updates, a
 # frontend following each, and acked reports on the memory backend beside
 # the JetStream backend (R1, and R3 on three servers with three workers), in
-# one run and one summary. The 1,000,000-flow snapshot runs only when named:
-# LOADTEST_ARGS='--scenarios all,snapshot' (go run ./e2e/loadtest --help).
+# one run and one summary, and the 1,000,000-flow snapshot (a chunked get,
+# then `worker get --json` of the same state: its time, peak RSS and exact
+# bytes). The fan-out scenarios run only when named (go run ./e2e/loadtest
+# --help).
 # First, the Rust crate reads a state of 1,000,000 flows with a chunked get
 # (FLOWSTATE_RUST_BIG_GET; `make test` reads 100,000); its log goes to
 # bin/rustbench.txt.
-LOADTEST_ARGS ?=
+LOADTEST_ARGS ?= --scenarios all,snapshot
 
 bench: build nats-server
 	cd $(RUST) && $(RUSTENV) FLOWSTATE_RUST_BIG_GET=1000000 $(CARGO) test --locked --release --test live a_get_of_many_flows -- --nocapture >$(CURDIR)/$(BIN)/rustbench.txt 2>&1; \

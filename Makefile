@@ -57,8 +57,12 @@ rust-test: build nats-server
 	cd $(RUST) && $(CARGO) fetch --locked
 	cd $(RUST) && $(RUSTENV) $(CARGO) test --locked
 
+# The zero-allocation tests (named ...Allocat..., the only tests -race skips:
+# its instrumentation allocates) run a second time without -race. The e2e
+# packages have none, and would build their binaries for nothing.
 test: vet js-deps rules-test rust-test
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -run 'Allocat' $$($(GO) list ./... | grep -v /e2e)
 
 # Go benchmarks of the hot paths and of the latency recorder, then the
 # end-to-end load test against real nats-servers and workers (LOADTEST_ARGS,
@@ -66,12 +70,14 @@ test: vet js-deps rules-test rust-test
 # several sizes, gets under ingest, RSS, deltas against full updates, a
 # frontend following each, and acked reports on the memory backend beside
 # the JetStream backend (R1, and R3 on three servers with three workers), in
-# one run and one summary. The 1,000,000-flow snapshot runs only when named:
-# LOADTEST_ARGS='--scenarios all,snapshot' (go run ./e2e/loadtest --help).
+# one run and one summary, and the 1,000,000-flow snapshot (a chunked get,
+# then `worker get --json` of the same state: its time, peak RSS and exact
+# bytes). The fan-out scenarios run only when named (go run ./e2e/loadtest
+# --help).
 # First, the Rust crate reads a state of 1,000,000 flows with a chunked get
 # (FLOWSTATE_RUST_BIG_GET; `make test` reads 100,000); its log goes to
 # bin/rustbench.txt.
-LOADTEST_ARGS ?=
+LOADTEST_ARGS ?= --scenarios all,snapshot
 
 bench: build nats-server
 	cd $(RUST) && $(RUSTENV) FLOWSTATE_RUST_BIG_GET=1000000 $(CARGO) test --locked --release --test live a_get_of_many_flows -- --nocapture >$(CURDIR)/$(BIN)/rustbench.txt 2>&1; \
@@ -79,7 +85,7 @@ bench: build nats-server
 	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./state/ ./consumer/ ./internal/latency/ | tee $(BIN)/gobench.txt
 	$(GO) run ./e2e/loadtest --go-bench $(BIN)/gobench.txt $(LOADTEST_ARGS)
 
-# The attacks of issue 11 at full size (FLOWSTATE_ATTACK=1): a million
+# The attacks of docs/attacks.md at full size (FLOWSTATE_ATTACK=1): a million
 # nodes, 200,000 nodes asked for their view, 2,000 nodes sharing 1,000 flows,
 # 1.6 GB of 8 MB bodies. `make test` runs the same tests at a size that fits
 # a small machine. Each test logs a FIGURES line (peak RSS, latency of a

@@ -40,13 +40,23 @@ func appendInt(dst []byte, v int64) []byte {
 }
 
 func appendMapLen(dst []byte, n int) []byte {
+	return appendLen(dst, n, codeFixMap, codeMap16, codeMap32)
+}
+
+func appendArrayLen(dst []byte, n int) []byte {
+	return appendLen(dst, n, codeFixArray, codeArray16, codeArray32)
+}
+
+// appendLen appends the header of a map or an array of n items, given its
+// type's codes: fix (ORed with n up to 15), 16-bit and 32-bit.
+func appendLen(dst []byte, n int, fix, c16, c32 byte) []byte {
 	switch {
 	case n <= 15:
-		return append(dst, codeFixMap|byte(n))
+		return append(dst, fix|byte(n))
 	case n <= 0xffff:
-		return append(dst, codeMap16, byte(n>>8), byte(n))
+		return append(dst, c16, byte(n>>8), byte(n))
 	}
-	return append(dst, codeMap32, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	return append(dst, c32, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
 
 // appendName appends a field name, a string of at most 31 bytes.

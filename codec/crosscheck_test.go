@@ -237,3 +237,56 @@ func TestSkipAgreesWithLibrary(t *testing.T) {
 		}
 	}
 }
+
+// testNodeViews returns node views with values at the edge of every
+// msgpack integer form, with and without node epochs, and of lengths on
+// both sides of each array header form.
+func testNodeViews() [][]NodeView {
+	epochs := []uint64{0, 127, 128, math.MaxUint32 + 1, math.MaxUint64}
+	times := []int64{0, 127, 128, -1, -33, math.MinInt32 - 1, 1_700_000_000_000, math.MaxInt64, math.MinInt64}
+	node := func(i int) NodeView {
+		v := NodeView{NodeID: uint64(i) * 0x1_0000_0001, LastReport: times[i%len(times)], Flows: i * 1000}
+		if i%3 != 0 {
+			v.NodeEpoch = &epochs[i%len(epochs)]
+		}
+		return v
+	}
+	views := [][]NodeView{nil, {{}}, {{NodeEpoch: &epochs[0]}}, {{NodeID: math.MaxUint64, LastReport: math.MinInt64, Flows: math.MaxInt64}}}
+	for _, n := range []int{1, 15, 16, 100, 65535, 65536} {
+		view := make([]NodeView, n)
+		for i := range view {
+			view[i] = node(i)
+		}
+		views = append(views, view)
+	}
+	return views
+}
+
+func TestAppendNodesMatchesLibraryShortestInts(t *testing.T) {
+	for i, view := range testNodeViews() {
+		if view == nil {
+			view = []NodeView{} // the library writes nil for a nil slice; the view is an array
+		}
+		got := AppendNodes(nil, view)
+		assert.Equal(t, libraryMarshal(t, view, true), got, "view %d", i)
+
+		var back []NodeView
+		require.NoError(t, msgpack.Unmarshal(got, &back), "view %d", i)
+		assert.Equal(t, view, back, "view %d", i)
+
+		assert.LessOrEqual(t, MinNodesLen(len(view)), len(got), "view %d: a lower bound", i)
+	}
+}
+
+func TestMinNodesLenIsTheSmallestView(t *testing.T) {
+	zero := uint64(0)
+	for _, n := range []int{0, 1, 15, 16, 65535, 65536} {
+		smallest := make([]NodeView, n)
+		withEpochs := make([]NodeView, n)
+		for i := range withEpochs {
+			withEpochs[i].NodeEpoch = &zero
+		}
+		assert.Equal(t, len(libraryMarshal(t, smallest, true)), MinNodesLen(n), "%d nodes of zeros", n)
+		assert.Equal(t, len(libraryMarshal(t, withEpochs, true)), MinNodesLen(n), "%d nodes of zeros, epoch 0", n)
+	}
+}

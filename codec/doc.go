@@ -1,8 +1,9 @@
 // Package codec is the msgpack wire format of the flow state worker: it
 // decodes the heartbeat reports that flownodes send and encodes the
-// aggregate that the worker publishes (PROTOCOL.md, "Heartbeat report" and
-// "Aggregate"). It knows msgpack and the domain types of package flowstate,
-// not NATS. The JSON form of the aggregate is flowstate.AppendJSON.
+// aggregate that the worker publishes and the node view it answers
+// (PROTOCOL.md, "Heartbeat report" and "Aggregate"). It knows msgpack and
+// the domain types of package flowstate, not NATS. The JSON form of the
+// aggregate is flowstate.AppendJSON.
 //
 // # Reports
 //
@@ -36,8 +37,8 @@
 // limit, before the rest is read. Unknown fields: Decoder.MaxUnknownFields
 // (0: DefaultMaxUnknownFields, 1,024; less than 0: no limit); the report is
 // rejected (KindTooManyUnknownFields) at the first field over the limit, so
-// 8 MiB of one-letter fields cost microseconds, not a scan and a sort of
-// millions of names. Lengths: no length read from the body is trusted
+// a body full of one-letter fields costs the work of the limit's fields,
+// not a scan and a sort of millions of names. Lengths: no length read from the body is trusted
 // further than the bytes that are left, so a header that claims 2^32
 // entries costs nothing.
 //
@@ -51,19 +52,22 @@
 //
 // Decoding parses the bytes directly, without reflection or the msgpack
 // library, and allocates nothing once a Decoder's buffers and the Report's
-// Flows have grown to the size of the reports: on a 2-core VM, about 25 ns
-// per flow present in all three maps with integer ids in ascending order
-// (as AppendReport and serde's BTreeMap write them), about 60 ns with string
-// ids in random order (as Go maps write them; each map is then radix-sorted),
-// against about 700 ns and 6 allocations per flow for msgpack.Unmarshal into
-// a struct of Go maps. A map naming the same flows as the one before it is
-// joined in place; other maps are merged in linear time. Checking that no
-// unknown field is named twice costs nothing for up to 8 of them, and a hash
-// each and a sort of the hashes beyond.
+// Flows have grown to the size of the reports. Its time is linear in the
+// flows of a report whose maps name their ids in ascending order (as
+// AppendReport and serde's BTreeMap write them); maps in another order (as
+// Go maps write them) are radix-sorted first. A map naming the same flows
+// as the one before it is joined in place; other maps are merged in linear
+// time. Checking that no unknown field is named twice costs nothing for up
+// to 8 of them, and a hash each and a sort of the hashes beyond. The
+// measured figures, against msgpack.Unmarshal, are in docs/performance.md.
 //
-// AppendAggregate and AppendReport write every integer in its shortest form
-// (as msgpack/v5's EncodeUint and EncodeInt do), flow ids ascending, so that
-// equal states give equal bytes, in about 20 ns per flow and no allocation
-// beyond growing the destination. DecodeAggregate reads an aggregate back
-// for clients and tests.
+// # Encoding
+//
+// AppendAggregate, AppendReport and AppendNodes (the node view) are the
+// worker's msgpack writers: they write every integer in its shortest form
+// (as msgpack/v5's EncodeUint and EncodeInt do), flow ids ascending, so
+// that equal states give equal bytes, in one pass and with no allocation
+// beyond growing the destination. AggregateLen and MinNodesLen tell their
+// sizes without encoding. DecodeAggregate reads an aggregate back for
+// clients and tests.
 package codec

@@ -16,8 +16,8 @@ import (
 func TestCoalescerPublishesLeadingEdgeAtOnce(t *testing.T) {
 	published := make(chan struct{}, 10)
 	c := newCoalescer(time.Hour, func() { published <- struct{}{} })
-	go c.run()
-	defer c.close()
+	l := startLoop(c.run)
+	defer l.stop()
 
 	c.changed()
 	select {
@@ -27,10 +27,10 @@ func TestCoalescerPublishesLeadingEdgeAtOnce(t *testing.T) {
 	}
 }
 
-// TestCoalescerPublishesTrailingEdgeOnClose checks that changes within an
-// interval are published together once, and that close publishes a pending
-// change instead of losing it.
-func TestCoalescerPublishesTrailingEdgeOnClose(t *testing.T) {
+// TestCoalescerPublishesTrailingEdgeOnStop checks that changes within an
+// interval are published together once, and that the loop's stop
+// publishes a pending change instead of losing it.
+func TestCoalescerPublishesTrailingEdgeOnStop(t *testing.T) {
 	var n atomic.Int32
 	first := make(chan struct{}, 1)
 	c := newCoalescer(time.Hour, func() {
@@ -38,14 +38,14 @@ func TestCoalescerPublishesTrailingEdgeOnClose(t *testing.T) {
 			first <- struct{}{}
 		}
 	})
-	go c.run()
+	l := startLoop(c.run)
 
 	c.changed()
 	<-first
 	for range 100 {
 		c.changed()
 	}
-	c.close()
+	l.stop()
 	assert.Equal(t, int32(2), n.Load(), "one leading and one trailing publish")
 }
 
@@ -54,8 +54,8 @@ func TestCoalescerPublishesTrailingEdgeOnClose(t *testing.T) {
 func TestCoalescerPublishesTrailingEdgeAfterInterval(t *testing.T) {
 	published := make(chan struct{}, 10)
 	c := newCoalescer(20*time.Millisecond, func() { published <- struct{}{} })
-	go c.run()
-	defer c.close()
+	l := startLoop(c.run)
+	defer l.stop()
 
 	c.changed()
 	<-published
@@ -72,12 +72,28 @@ func TestCoalescerPublishesTrailingEdgeAfterInterval(t *testing.T) {
 func TestCoalescerWithZeroIntervalPublishesEveryChange(t *testing.T) {
 	n := 0
 	c := newCoalescer(0, func() { n++ })
-	go c.run()
+	l := startLoop(c.run)
 	for range 5 {
 		c.changed()
 	}
-	c.close()
+	l.stop()
 	require.Equal(t, 5, n)
+}
+
+// TestCoalescerPublishesWhenAskedAfterAWhile checks that after makes the
+// loop publish once the time has passed, with no change signalled.
+func TestCoalescerPublishesWhenAskedAfterAWhile(t *testing.T) {
+	published := make(chan struct{}, 10)
+	c := newCoalescer(time.Hour, func() { published <- struct{}{} })
+	l := startLoop(c.run)
+	c.after(10 * time.Millisecond)
+	select {
+	case <-published:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the publish asked for was not made")
+	}
+	l.stop()
+	assert.Empty(t, published, "one publish, none at the stop: nothing was pending")
 }
 
 func TestParseNodeTokenAcceptsOnlyCanonicalDecimal(t *testing.T) {

@@ -1,9 +1,9 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/flowstate-io/flowstate/protocol"
@@ -111,7 +111,28 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first invalid field of c.
+// FieldError is an invalid field of Config, as Validate finds it: the
+// field's name in Config, its value and why it is refused. A command line
+// names the flag that set the field instead.
+type FieldError struct {
+	Field  string // such as "StateUpdates"
+	Value  string // the field's value, quoted if a string
+	Reason string // such as "want both, full or delta"
+}
+
+func (e *FieldError) Error() string { return e.Field + " " + e.Value + ": " + e.Reason }
+
+func invalid(field string, value any, reason string) error {
+	v := fmt.Sprint(value)
+	if s, ok := value.(string); ok {
+		v = strconv.Quote(s)
+	}
+	return &FieldError{Field: field, Value: v, Reason: reason}
+}
+
+// Validate reports the first invalid field of c: an error of package
+// protocol for a prefix, a queue or a subject that is not one, and a
+// *FieldError for the rest.
 func (c Config) Validate() error {
 	if err := protocol.ValidatePrefix(c.Prefix); err != nil {
 		return err
@@ -122,47 +143,33 @@ func (c Config) Validate() error {
 	if err := protocol.ValidateSubject("dead-letter subject", c.DeadLetterSubject); err != nil {
 		return err
 	}
-	if err := c.validDeadLetter(); err != nil {
-		return err
+	if used := protocol.SubjectsOf(c.Prefix).Used(c.DeadLetterSubject); c.DeadLetterSubject != "" && used != "" {
+		// A rejected report sent there would come back to the worker, be
+		// rejected again and loop for ever, or reach the frontends as state.
+		return invalid("DeadLetterSubject", c.DeadLetterSubject, "the worker uses it ("+used+"), so a rejected report would loop")
 	}
-	if c.NodeTTL < 0 {
-		return fmt.Errorf("node TTL %v is negative", c.NodeTTL)
-	}
-	if c.PublishInterval < 0 {
-		return fmt.Errorf("publish interval %v is negative", c.PublishInterval)
-	}
-	if c.FullInterval < 0 {
-		return fmt.Errorf("full update interval %v is negative", c.FullInterval)
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"NodeTTL", c.NodeTTL}, {"PublishInterval", c.PublishInterval}, {"FullInterval", c.FullInterval}} {
+		if d.v < 0 {
+			return invalid(d.field, d.v, "must not be negative")
+		}
 	}
 	if c.MaxFlows < 0 {
-		return fmt.Errorf("max flows %d is negative", c.MaxFlows)
+		return invalid("MaxFlows", c.MaxFlows, "must not be negative")
 	}
 	switch c.StateUpdates {
 	case "", StateUpdatesBoth, StateUpdatesFull, StateUpdatesDelta:
 	default:
-		return fmt.Errorf("state updates %q: want %s, %s or %s", c.StateUpdates, StateUpdatesBoth, StateUpdatesFull, StateUpdatesDelta)
+		return invalid("StateUpdates", c.StateUpdates, "want "+StateUpdatesBoth+", "+StateUpdatesFull+" or "+StateUpdatesDelta)
 	}
-	if c.PendingMsgs < 0 || c.PendingBytes < 0 || c.EndpointPendingMsgs < 0 || c.EndpointPendingBytes < 0 {
-		return errors.New("pending limits must not be negative")
-	}
-	return nil
-}
-
-// validDeadLetter refuses a dead-letter subject that the worker consumes or
-// publishes: a rejected report sent there would come back to the worker, be
-// rejected again and loop forever, or reach the frontends as state.
-func (c Config) validDeadLetter() error {
-	dl := c.DeadLetterSubject
-	if dl == "" {
-		return nil
-	}
-	s := protocol.SubjectsOf(c.Prefix)
-	if protocol.Overlaps(s.Heartbeats, dl) {
-		return fmt.Errorf("dead-letter subject %q is one the worker consumes (%s): rejected reports would loop", dl, s.Heartbeats)
-	}
-	for _, own := range []string{s.State, s.Delta, s.Get, s.Nodes} {
-		if dl == own {
-			return fmt.Errorf("dead-letter subject %q is one the worker publishes or serves", dl)
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"PendingMsgs", c.PendingMsgs}, {"PendingBytes", c.PendingBytes}, {"EndpointPendingMsgs", c.EndpointPendingMsgs}, {"EndpointPendingBytes", c.EndpointPendingBytes}} {
+		if n.v < 0 {
+			return invalid(n.field, n.v, "must not be negative")
 		}
 	}
 	return nil

@@ -1,21 +1,22 @@
 package consumer
 
 import (
+	"context"
 	"log/slog"
 	"time"
 )
 
-// evictLoop evicts nodes silent for longer than the TTL until stop closes.
-// Each sweep that evicts logs one line with the count, however many nodes
-// it evicted.
-func (w *Worker) evictLoop(ttl time.Duration, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+// evictLoop evicts nodes silent for longer than Config.NodeTTL until ctx
+// ends. Each sweep that evicts logs one line with the count, however many
+// nodes it evicted.
+func (w *Worker) evictLoop(ctx context.Context) {
+	ttl := w.cfg.NodeTTL
 	period := min(max(ttl/4, 10*time.Millisecond), 5*time.Second)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case now := <-t.C:
 			w.evictSweep(now.Add(-ttl), ttl)

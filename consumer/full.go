@@ -2,25 +2,23 @@ package consumer
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 )
 
 // fullCadence spaces the full updates on <prefix>.state by
 // Config.FullInterval, while deltas and the aggregate key's writes keep
-// the publisher's PublishInterval. Its fields but armed are guarded by
-// Worker.pubMu, as publishState runs under it.
+// the publisher's PublishInterval. It is guarded by Worker.pubMu, as
+// publishState runs under it.
 type fullCadence struct {
-	last  time.Time   // when the last full update was published
-	armed atomic.Bool // a timer will kick the publisher when the next one is due
+	last time.Time // when the last full update was published
 }
 
 // fullDueLocked reports whether a full update may go out now: always when
 // Config.FullInterval is no longer than PublishInterval (a full update with
 // every publish), and while the worker shuts down (its last state goes out
 // in full); otherwise once FullInterval has passed since the last one. When
-// it is not due yet, a timer kicks the publisher then, so that a change is
-// sent in full even if no other change follows it. It is not due while
+// it is not due yet, the publisher is asked to publish then (after), so
+// that a change is sent in full even if no other change follows it. It is not due while
 // the state is the one last sent in full. The caller holds pubMu.
 func (w *Worker) fullDueLocked(ctx context.Context) bool {
 	if w.cfg.FullInterval <= w.cfg.PublishInterval || w.stopped.Load() {
@@ -33,12 +31,7 @@ func (w *Worker) fullDueLocked(ctx context.Context) bool {
 	if wait <= 0 {
 		return true
 	}
-	if !w.full.armed.Swap(true) {
-		time.AfterFunc(wait, func() {
-			w.full.armed.Store(false)
-			w.pub.signal()
-		})
-	}
+	w.pub.after(wait)
 	return false
 }
 

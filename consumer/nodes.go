@@ -6,22 +6,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// NodeView is one entry of the per-node view on <prefix>.state.nodes.
-type NodeView struct {
-	NodeID uint64 `msgpack:"node_id" json:"node_id"`
-	// NodeEpoch is the node_epoch of its last report; nil if it sent none.
-	NodeEpoch *uint64 `msgpack:"node_epoch" json:"node_epoch"`
-	// LastReport is when the worker applied its last report, unix ms.
-	LastReport int64 `msgpack:"last_report" json:"last_report"`
-	Flows      int   `msgpack:"flows" json:"flows"`
-}
+// NodeView is one entry of the per-node view on <prefix>.state.nodes,
+// encoded in msgpack by codec.AppendNodes and in JSON by encoding/json.
+type NodeView = codec.NodeView
 
 // nodesEncoding is the node view of one version, encoded on demand. Every
 // report makes a new revision, and a node_epoch change bumps epochsGen, so
@@ -34,24 +28,19 @@ type nodesEncoding struct {
 	json    []byte // nil until encoded
 }
 
-// Smallest encoding of one NodeView in each format, and the most bytes
-// around the array: the node view of n nodes takes at least
-// n*minNode + the array header, which is checked before anything is copied
-// or encoded.
-var (
-	minNodeMsgpack = minEncoded(func(v NodeView) ([]byte, error) { return msgpack.Marshal(v) })
-	minNodeJSON    = minEncoded(func(v NodeView) ([]byte, error) { return json.Marshal(v) }) + len(",")
-)
-
-func minEncoded(enc func(NodeView) ([]byte, error)) int {
+// minNodeJSON is the smallest JSON encoding of one NodeView and its comma:
+// the JSON view of n nodes takes at least n*minNodeJSON + len("[]"), which
+// is checked before anything is copied or encoded (codec.MinNodesLen is
+// msgpack's).
+var minNodeJSON = func() int {
 	zero := uint64(0)
-	a, errA := enc(NodeView{})
-	b, errB := enc(NodeView{NodeEpoch: &zero})
+	a, errA := json.Marshal(NodeView{})
+	b, errB := json.Marshal(NodeView{NodeEpoch: &zero})
 	if errA != nil || errB != nil {
 		panic("consumer: encode an empty node view")
 	}
-	return min(len(a), len(b))
-}
+	return min(len(a), len(b)) + len(",")
+}()
 
 // noteNodeEpoch remembers the node_epoch of a node's applied report.
 func (w *Worker) noteNodeEpoch(node uint64, epoch uint64, has bool) {
@@ -149,13 +138,12 @@ func (w *Worker) encodeNodes(c *nodesEncoding, nodes []state.NodeInfo, asJSON bo
 		}
 	}
 	w.epochsMu.Unlock()
-	var err error
-	if asJSON {
-		c.json, err = json.Marshal(view)
-	} else {
-		c.msgpack, err = msgpack.Marshal(view)
+	if !asJSON {
+		c.msgpack = codec.AppendNodes(make([]byte, 0, codec.MinNodesLen(len(view))), view)
+		return nil
 	}
-	if err != nil {
+	var err error
+	if c.json, err = json.Marshal(view); err != nil {
 		return fmt.Errorf("consumer: encode the node view: %w", err)
 	}
 	return nil
@@ -172,7 +160,7 @@ func minNodesSize(n int, asJSON bool) int {
 	if asJSON {
 		return n*minNodeJSON + len("[]")
 	}
-	return n*minNodeMsgpack + 1
+	return codec.MinNodesLen(n)
 }
 
 // viewTooLarge is the error of a node view over the max payload; atLeast

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -14,14 +15,13 @@ import (
 
 // coalescer turns a stream of "the aggregate changed" signals into calls of
 // publish: at once after a quiet interval, then at most once per interval,
-// and always once after the last change.
+// and always once after the last change. Its run is the publisher loop.
 type coalescer struct {
 	interval time.Duration
 	publish  func()
-	kick     chan struct{}   // a change is pending (the worker's own signal); capacity 1
-	changes  <-chan struct{} // a shared state's signal of its changes (follow); nil otherwise
-	stop     chan struct{}
-	done     chan struct{}
+	kick     chan struct{}      // a change is pending (the worker's own signal); capacity 1
+	changes  <-chan struct{}    // a shared state's signal of its changes (follow); nil otherwise
+	later    chan time.Duration // a publish asked for after a while (after); capacity 1
 }
 
 func newCoalescer(interval time.Duration, publish func()) *coalescer {
@@ -29,8 +29,7 @@ func newCoalescer(interval time.Duration, publish func()) *coalescer {
 		interval: interval,
 		publish:  publish,
 		kick:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		later:    make(chan time.Duration, 1),
 	}
 }
 
@@ -46,6 +45,16 @@ func (c *coalescer) signal() {
 	select {
 	case c.kick <- struct{}{}:
 	default: // a change is already pending
+	}
+}
+
+// after makes run publish once d has passed, as if a change came then,
+// unless a publish asked for by after is pending already: the full
+// updates' cadence (full.go). It never blocks.
+func (c *coalescer) after(d time.Duration) {
+	select {
+	case c.later <- d:
+	default: // asked for already
 	}
 }
 
@@ -72,21 +81,21 @@ func (c *coalescer) changed() {
 		c.publish()
 		return
 	}
-	select {
-	case c.kick <- struct{}{}:
-	default: // a change is already pending
-	}
+	c.signal()
 }
 
-// run publishes until close is called; it then publishes a pending change
-// and returns.
-func (c *coalescer) run() {
-	defer close(c.done)
+// run publishes until ctx ends; it then publishes a pending change and
+// returns.
+func (c *coalescer) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	later := time.NewTimer(time.Hour) // a publish asked for by after
+	later.Stop()
+	defer later.Stop()
 	var last time.Time // of the last publish; zero is long ago
 	armed := false     // a trailing publish is scheduled
+	laterArmed := false
 	for {
 		// While a publish is scheduled, kick is left alone: a change finds
 		// it full and returns without waking this goroutine (one wakeup per
@@ -98,13 +107,23 @@ func (c *coalescer) run() {
 		select {
 		case <-kick:
 		case <-changes:
+		case d := <-c.later:
+			if !laterArmed {
+				later.Reset(d)
+				laterArmed = true
+			}
+			continue
+		case <-later.C:
+			laterArmed = false
+			c.signal()
+			continue
 		case <-timer.C:
 			armed = false
 			c.take() // a change since the timer was set: this publish has it
 			c.publish()
 			last = time.Now()
 			continue
-		case <-c.stop:
+		case <-ctx.Done():
 			if armed || c.take() {
 				c.publish()
 			}
@@ -118,12 +137,6 @@ func (c *coalescer) run() {
 		c.publish()
 		last = time.Now()
 	}
-}
-
-// close stops run after its trailing publish and waits for it.
-func (c *coalescer) close() {
-	close(c.stop)
-	<-c.done
 }
 
 // publishState writes the aggregate key and publishes the aggregate on

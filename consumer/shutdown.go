@@ -37,14 +37,11 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	w.stopPipeline(ctx) // answers the reports still in flight
-	if w.evictStop != nil {
-		close(w.evictStop)
-		<-w.evictDone
-	}
+	w.evictor.stop()
 	if err := w.svc.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop service: %w", err))
 	}
-	w.pub.close() // publishes the last state
+	w.publisher.stop() // publishes the last state
 	w.log.Info("worker stopped", slog.Uint64("applied", w.stats.applied.Load()), slog.Uint64("rejected", w.stats.rejected.Load()),
 		slog.Uint64("dropped_at_shutdown", w.stats.droppedAtStop.Load()))
 	return errors.Join(errs...)

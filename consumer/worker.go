@@ -54,6 +54,11 @@ type Worker struct {
 	svc micro.Service
 	pub *coalescer
 
+	// The worker's own goroutines, started by Start and stopped by
+	// Shutdown: the publisher (pub.run) and, with Config.NodeTTL, the
+	// eviction loop.
+	publisher, evictor *loop
+
 	// Owned by the heartbeat goroutine.
 	dec    codec.Decoder
 	report codec.Report
@@ -72,8 +77,6 @@ type Worker struct {
 	epochsMu  sync.Mutex        // guards epochs and epochsGen
 	epochs    map[uint64]uint64 // node_epoch of each node's last report, if it sent one
 	epochsGen uint64            // bumped on every change of epochs
-
-	evictStop, evictDone chan struct{} // of evictLoop, when NodeTTL is set
 
 	stopped  atomic.Bool // Shutdown has run
 	dropping atomic.Bool // Shutdown's apply budget is spent: reports are dropped
@@ -157,10 +160,9 @@ func (w *Worker) Start() error {
 		return err
 	}
 	w.sub, w.svc = sub, svc
-	go w.pub.run()
+	w.publisher = startLoop(w.pub.run)
 	if w.cfg.NodeTTL > 0 {
-		w.evictStop, w.evictDone = make(chan struct{}), make(chan struct{})
-		go w.evictLoop(w.cfg.NodeTTL, w.evictStop, w.evictDone)
+		w.evictor = startLoop(w.evictLoop)
 	}
 	if w.nc.IsConnected() {
 		// Make sure the server has the subscriptions before Start returns,

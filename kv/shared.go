@@ -11,6 +11,13 @@ import (
 // JetStream store (package kv/jetstream) and SharedMemory implement all of
 // it.
 
+// DefaultWindow is how many writes a shared store keeps in flight without
+// waiting for their answers, and how many reports a state on it lets wait
+// for theirs, unless configured otherwise (the JetStream store's
+// Config.Window, state.ReplicaOptions.Window, the worker's --kv-window):
+// the two must agree, so they share this default.
+const DefaultWindow = 256
+
 // ErrUnavailable is wrapped by the errors of a shared store that cannot be
 // reached or cannot take writes at the moment (no quorum, bucket or server
 // unreachable, the operation timed out). A write that fails with it may or

@@ -41,6 +41,26 @@ func SubjectsOf(prefix string) Subjects {
 	}
 }
 
+// ServiceSubjects matches the subjects of every NATS micro service
+// ($SRV.PING, $SRV.INFO and $SRV.STATS, alone or with a name and an id),
+// which the worker answers.
+const ServiceSubjects = "$SRV.>"
+
+// Used returns the subject, or the pattern, of the worker of these subjects
+// that subject falls on: one it consumes (Heartbeats), publishes (State,
+// Delta) or serves (Get, Nodes, ServiceSubjects); "" if none. A subject the
+// worker sends anything else to, such as a dead-letter subject, must be
+// none of them: what it sends would come back to it, for ever, or reach
+// the frontends as state.
+func (s Subjects) Used(subject string) string {
+	for _, used := range []string{s.Heartbeats, s.State, s.Delta, s.Get, s.Nodes, ServiceSubjects} {
+		if Overlaps(used, subject) {
+			return used
+		}
+	}
+	return ""
+}
+
 // Heartbeat returns the subject node nodeID reports on.
 func (s Subjects) Heartbeat(nodeID uint64) string {
 	return s.HeartbeatPrefix + strconv.FormatUint(nodeID, 10)

@@ -48,3 +48,26 @@ func TestOverlaps(t *testing.T) {
 	assert.True(t, protocol.Overlaps("flow.state", "flow.state"))
 	assert.False(t, protocol.Overlaps("flow.state", "flow.states"))
 }
+
+func TestUsedNamesTheSubjectsTheWorkerConsumesPublishesOrServes(t *testing.T) {
+	for _, tc := range []struct {
+		prefix, subject, used string
+	}{
+		{"", "flow.heartbeat.5", "flow.heartbeat.*"},
+		{"", "flow.heartbeat.dead", "flow.heartbeat.*"},
+		{"", "flow.state", "flow.state"},
+		{"", "flow.state.delta", "flow.state.delta"},
+		{"", "flow.state.get", "flow.state.get"},
+		{"", "flow.state.nodes", "flow.state.nodes"},
+		{"", "$SRV.PING", "$SRV.>"},
+		{"", "$SRV.INFO.flowstate.abc", "$SRV.>"},
+		{"staging.flow", "staging.flow.heartbeat.1", "staging.flow.heartbeat.*"},
+		{"staging.flow", "flow.heartbeat.1", ""},
+		{"", "flow.heartbeat", ""},
+		{"", "flow.heartbeat.5.dead", ""},
+		{"", "flow.rejected", ""},
+		{"", "$SRV", ""},
+	} {
+		assert.Equal(t, tc.used, protocol.SubjectsOf(tc.prefix).Used(tc.subject), "%s under prefix %q", tc.subject, tc.prefix)
+	}
+}

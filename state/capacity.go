@@ -15,6 +15,13 @@ type Limits struct {
 	MaxFlows int
 }
 
+// The worker's limits unless configured (--max-nodes, --max-total-flows;
+// PROTOCOL.md, "Capacity").
+const (
+	DefaultMaxNodes      = 10000
+	DefaultMaxTotalFlows = 100000
+)
+
 // The names of the limits, as the command line spells them.
 const (
 	LimitMaxNodes      = "max-nodes"

@@ -21,7 +21,6 @@ const PublisherKey = "__flow/publisher"
 const (
 	DefaultApplyTimeout = 2 * time.Second
 	DefaultLeaseTTL     = lease.DefaultTTL
-	DefaultWindow       = 256
 )
 
 // applyTicks is how many ticks of the clock (ApplyTimeout/applyTicks
@@ -73,7 +72,7 @@ type ReplicaOptions struct {
 	// nil.
 	Now func() time.Time
 	// Window is how many reports may wait for their answers (Submit);
-	// DefaultWindow if 0. The store must take as many puts in flight.
+	// kv.DefaultWindow if 0. The store must take as many puts in flight.
 	Window int
 	// MaxReportFlows is the most flows a node's value may name
 	// (--max-flows): a report naming more is refused before its write, and
@@ -86,7 +85,7 @@ func (o ReplicaOptions) withDefaults() ReplicaOptions {
 		o.ApplyTimeout = DefaultApplyTimeout
 	}
 	if o.Window <= 0 {
-		o.Window = DefaultWindow
+		o.Window = kv.DefaultWindow
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -14,8 +14,9 @@ import (
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
-// defaultCLIURL is where the subcommands find NATS by default.
-const defaultCLIURL = "nats://127.0.0.1:4222"
+// defaultCLIURL is where the subcommands find NATS by default: a worker's
+// embedded server at its default address.
+const defaultCLIURL = "nats://" + defaultListen
 
 // cliCommand is the part every subcommand shares: its help text, its flags
 // (--nats-url, --prefix, --timeout, the authentication flags and its own)

@@ -7,12 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
 	"github.com/flowstate-io/flowstate/protocol"
 	"github.com/flowstate-io/flowstate/state"
@@ -54,32 +54,26 @@ type Config struct {
 	setBy map[string]string
 }
 
-// Defaults of the new flags (PROTOCOL.md, "Command line" and "Capacity").
-const (
-	defaultMaxNodes      = 10000
-	defaultMaxTotalFlows = 100000
-	defaultKVWindow      = 256
-)
-
-// State update modes of --state-updates.
-var stateUpdateModes = []string{"both", "full", "delta"}
+// defaultListen is where the embedded server listens by default, and so
+// where the subcommands look for NATS (defaultCLIURL).
+const defaultListen = "127.0.0.1:4222"
 
 // defaultConfig is the configuration with no flag and no variable set.
 func defaultConfig() Config {
 	return Config{
-		Listen:          "127.0.0.1:4222",
+		Listen:          defaultListen,
 		Prefix:          protocol.DefaultPrefix,
 		Queue:           protocol.DefaultQueue,
 		PublishInterval: consumer.DefaultPublishInterval,
 		MaxFlows:        consumer.DefaultMaxFlows,
-		MaxNodes:        defaultMaxNodes,
-		MaxTotalFlows:   defaultMaxTotalFlows,
-		StateUpdates:    "both",
+		MaxNodes:        state.DefaultMaxNodes,
+		MaxTotalFlows:   state.DefaultMaxTotalFlows,
+		StateUpdates:    consumer.StateUpdatesBoth,
 		KV:              "memory",
 		KVBucket:        "flow_state",
 		KVReplicas:      1,
 		KVStorage:       "memory",
-		KVWindow:        defaultKVWindow,
+		KVWindow:        kv.DefaultWindow,
 		LogLevel:        "info",
 	}
 }
@@ -156,10 +150,7 @@ func (c *Config) Validate() error {
 	if c.MetricsFlows < 0 || c.MetricsFlows > maxMetricsFlows {
 		return fmt.Errorf("--metrics-flows %d: want 0 to %d", c.MetricsFlows, maxMetricsFlows)
 	}
-	if !slices.Contains(stateUpdateModes, c.StateUpdates) {
-		return fmt.Errorf("--state-updates %q: want both, full or delta", c.StateUpdates)
-	}
-	if err := c.checkDeadLetter(); err != nil {
+	if err := c.checkConsumer(); err != nil {
 		return err
 	}
 	if c.NATSURL == "" {
@@ -201,11 +192,8 @@ func (c *Config) Validate() error {
 	} else if c.PProf || c.MetricsFlows > 0 {
 		return errors.New("--pprof and --metrics-flows need --metrics-addr")
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
-		return err
-	}
-	// What is left to check is the consumer's, in its own words.
-	return c.consumerConfig().Validate()
+	_, err := parseLevel(c.LogLevel)
+	return err
 }
 
 // checkEmbedded checks the settings of the embedded server: --listen is a
@@ -238,22 +226,6 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// checkDeadLetter refuses a dead-letter subject that the worker consumes or
-// publishes: a rejected report would come back to it, for ever.
-func (c *Config) checkDeadLetter() error {
-	dl := c.DeadLetterSubject
-	if dl == "" {
-		return nil
-	}
-	s := protocol.SubjectsOf(c.Prefix)
-	for _, used := range []string{s.Heartbeats, s.State, s.Delta, s.Get, s.Nodes, "$SRV.>"} {
-		if protocol.Overlaps(used, dl) {
-			return fmt.Errorf("--dead-letter-subject %q is a subject the worker uses (%s): a rejected report would loop", dl, used)
-		}
-	}
-	return nil
 }
 
 // limits are the state's capacity limits.

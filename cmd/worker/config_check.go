@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/flowstate-io/flowstate/consumer"
 )
 
 // jetStreamFlags are the flags of the JetStream backend alone.
@@ -32,15 +34,36 @@ func (c *Config) checkMemoryFlags() error {
 		strings.Join(set, ", "))
 }
 
+// consumerFlags name the flag that sets each field of consumer.Config.
+var consumerFlags = map[string]string{
+	"DeadLetterSubject": "--dead-letter-subject",
+	"FullInterval":      "--full-interval",
+	"MaxFlows":          "--max-flows",
+	"NodeTTL":           "--node-ttl",
+	"PublishInterval":   "--publish-interval",
+	"StateUpdates":      "--state-updates",
+}
+
+// checkConsumer checks the consumer's settings by its own rules (one place
+// for them: consumer.Config.Validate), naming the flag of a field it
+// refuses.
+func (c *Config) checkConsumer() error {
+	err := c.consumerConfig().Validate()
+	var invalid *consumer.FieldError
+	if errors.As(err, &invalid) {
+		if flag, ok := consumerFlags[invalid.Field]; ok {
+			return fmt.Errorf("%s %s: %s", flag, invalid.Value, invalid.Reason)
+		}
+	}
+	return err
+}
+
 // checkUpdates checks --full-interval against the updates it spaces.
 func (c *Config) checkUpdates() error {
-	if c.FullInterval < 0 {
-		return fmt.Errorf("--full-interval %v must not be negative", c.FullInterval)
-	}
-	if c.FullInterval == 0 {
+	if c.FullInterval <= 0 {
 		return nil
 	}
-	if c.StateUpdates == "delta" {
+	if c.StateUpdates == consumer.StateUpdatesDelta {
 		return errors.New("--full-interval spaces full updates, which --state-updates delta does not send; leave one of them out")
 	}
 	if c.FullInterval < c.PublishInterval {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -183,25 +182,6 @@ func TestListenInsecureIsWarned(t *testing.T) {
 	assert.Contains(t, logs.String(), "no authentication")
 }
 
-func TestGroupStopsEveryActorOnTheFirstFailure(t *testing.T) {
-	var g group
-	boom := errors.New("boom")
-	stopped := make(chan struct{}, 2)
-	waiter := actorFunc(func(ctx context.Context) error { <-ctx.Done(); stopped <- struct{}{}; return nil })
-	g.add("a", waiter)
-	g.add("b", waiter)
-	g.add("failing", actorFunc(func(context.Context) error { return boom }))
-	err := g.run(context.Background(), 5*time.Second)
-	require.ErrorIs(t, err, boom)
-	assert.Contains(t, err.Error(), "failing: boom")
-	assert.Len(t, stopped, 2)
-
-	var stuck group
-	stuck.add("stuck", actorFunc(func(context.Context) error { select {} }))
-	stuck.add("failing", actorFunc(func(context.Context) error { return boom }))
-	assert.ErrorIs(t, stuck.run(context.Background(), 10*time.Millisecond), errActorsStuck)
-}
-
 func TestServerLogIsRateLimitedAndMapsSlowConsumersToWarnings(t *testing.T) {
 	var logs bytes.Buffer
 	l := newServerLog(slog.New(slog.NewTextHandler(&logs, nil)))
@@ -265,26 +245,4 @@ func drain(w *lineWriter) []string {
 			return lines
 		}
 	}
-}
-
-func TestGroupStopsActorsOneAtATimeInReverseOrder(t *testing.T) {
-	var g group
-	order := make(chan string, 3)
-	for _, name := range []string{"server", "conn", "worker"} {
-		g.add(name, until(func(ctx context.Context) error {
-			_, hasDeadline := ctx.Deadline()
-			assert.True(t, hasDeadline, "a stop is bounded")
-			order <- name
-			return nil
-		}))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the caller's context ends: a clean stop
-	require.NoError(t, g.run(ctx, 5*time.Second))
-	close(order)
-	var got []string
-	for name := range order {
-		got = append(got, name)
-	}
-	assert.Equal(t, []string{"worker", "conn", "server"}, got)
 }

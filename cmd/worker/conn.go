@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,13 +15,73 @@ import (
 	"github.com/flowstate-io/flowstate/internal/throttle"
 )
 
-// natsConn is the worker's connection and what its handlers tell.
+// natsConn is a connection of the worker and what its handlers tell. As
+// an actor of the group, Run supervises it and Stop closes it.
 type natsConn struct {
 	*nats.Conn
 	closed  chan struct{} // closed when the connection is closed
 	up      chan struct{} // closed once the connection is up for the first time
 	fatal   chan error    // errors the worker cannot go on with
 	closing atomic.Bool   // the worker is closing it: disconnections are its own doing
+	// abandon makes Stop flush what was sent and close, rather than
+	// drain: the worker dropped the reports still pending.
+	abandon atomic.Bool
+	// closeAtStop makes Stop close at once: the store's connection, whose
+	// subscriptions are the store's and end with it.
+	closeAtStop bool
+	log         *slog.Logger
+}
+
+// Run fails when the connection closes without the worker closing it, or
+// when the server refuses the heartbeat subscription: a worker that is up
+// but cannot consume must not go on.
+func (c *natsConn) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-c.closed:
+		if c.closing.Load() {
+			<-ctx.Done()
+			return nil
+		}
+		return errors.New("NATS connection closed unexpectedly")
+	case err := <-c.fatal:
+		return fmt.Errorf("cannot consume: the NATS server refuses the heartbeat subscription; check the worker's permissions: %w", err)
+	}
+}
+
+// Stop drains the connection and waits until it is closed, by ctx's
+// deadline. After an incomplete drain of the heartbeats (abandon), it
+// flushes what was sent (acks, the last state) within half the time left
+// and closes, dropping what is still pending.
+func (c *natsConn) Stop(ctx context.Context) error {
+	if c.IsClosed() {
+		return nil
+	}
+	c.closing.Store(true)
+	if c.closeAtStop {
+		c.Close()
+		return nil
+	}
+	if c.abandon.Load() {
+		fctx, cancel := shareOf(ctx, 0.5)
+		defer cancel()
+		if err := c.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			c.log.Warn("flush before close failed", slog.Any("err", err))
+		}
+		c.Close()
+		return nil
+	}
+	if err := c.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		c.Close()
+	}
+	select {
+	case <-c.closed:
+		return nil
+	case <-ctx.Done():
+		c.Close()
+		return fmt.Errorf("NATS drain: %w", ctx.Err())
+	}
 }
 
 // storeConnOptions make the JetStream store's own connection: a write
@@ -48,7 +110,7 @@ const (
 // server refusing its heartbeat subscription. extra options come last, and
 // so override the policy's.
 func connect(url string, srv nats.InProcessConnProvider, auth []nats.Option, prefix string, log *slog.Logger, extra ...nats.Option) (*natsConn, error) {
-	c := &natsConn{closed: make(chan struct{}), up: make(chan struct{}), fatal: make(chan error, 1)}
+	c := &natsConn{closed: make(chan struct{}), up: make(chan struct{}), fatal: make(chan error, 1), log: log}
 	heartbeats := prefix + ".heartbeat.*"
 	slow := throttle.New(1, 10*time.Second) // slow-consumer log lines
 	var closeOnce, upOnce sync.Once

@@ -5,128 +5,131 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 )
 
-// actor is one part of the running worker. Run returns early with an error
-// if the part fails; when ctx ends it stops the part, within the deadline
-// that stopContext(ctx) gives, and returns.
+// actor is one long-running part of the worker, oklog/run style: Run runs
+// the part until it fails (its error) or ctx ends (nil); Stop then stops
+// it by ctx's deadline, the one deadline of the group's stop. Stop is
+// called once Run has returned, whether it failed or not.
 type actor interface {
 	Run(ctx context.Context) error
+	Stop(ctx context.Context) error
 }
 
-// actorFunc adapts a function to an actor.
-type actorFunc func(ctx context.Context) error
-
-func (f actorFunc) Run(ctx context.Context) error { return f(ctx) }
-
-// until is the actor that waits for the group to stop, then runs stop.
-func until(stop func(ctx context.Context) error) actor {
-	return actorFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		sctx, cancel := stopContext(ctx)
-		defer cancel()
-		return stop(sctx)
-	})
-}
-
-// group runs actors together, oklog/run style: the first one to return
-// stops the others. Unlike oklog/run it stops them one at a time, in the
-// reverse order of add, so that a part stops before the parts it uses
-// (the worker before its connection, the connection before the embedded
-// server), all within one bound.
+// group runs the worker's actors. Each one runs from the moment it is
+// added, so that every part Open starts is supervised, and stopped by the
+// same path whether or not Open completes. The first Run to return ends
+// wait; stop stops the actors one at a time, in the reverse order of add,
+// so that a part stops before the parts it uses (the worker before its
+// connection, the connection before the embedded server), all by one
+// deadline. add, wait and stop are called from one goroutine.
 type group struct {
-	names  []string
-	actors []actor
+	members []*member     // in the order of add; stop takes them off
+	exited  chan struct{} // closed when the first Run returns
+	once    sync.Once     // closes exited
+	first   *member       // whose Run returned first, once exited is closed
 }
 
-func (g *group) add(name string, a actor) {
-	g.names = append(g.names, name)
-	g.actors = append(g.actors, a)
+// member is one actor of a group.
+type member struct {
+	name   string
+	actor  actor
+	cancel context.CancelFunc // ends Run's context
+	ran    chan struct{}      // closed once Run has returned
+	err    error              // Run's error, once ran is closed
 }
 
-// errActorsStuck is returned when an actor does not return within the
-// bound after the group was stopped.
+// errActorsStuck is the error of an actor that did not stop by the
+// deadline.
 var errActorsStuck = errors.New("did not stop in time")
 
-// stopping holds the deadline of a group's stop, set before the first
-// actor is told to stop.
-type stopping struct {
-	mu       sync.Mutex
-	deadline time.Time
+// add runs a, named name in errors, at once.
+func (g *group) add(name string, a actor) {
+	if g.exited == nil {
+		g.exited = make(chan struct{})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{name: name, actor: a, cancel: cancel, ran: make(chan struct{})}
+	g.members = append(g.members, m)
+	go func() {
+		m.err = a.Run(ctx)
+		close(m.ran)
+		g.once.Do(func() {
+			g.first = m
+			close(g.exited)
+		})
+	}()
 }
 
-type stoppingKey struct{}
-
-// stopContext returns a context that ends at the deadline of the group's
-// stop (the context of Run has ended by then, so it cannot serve).
-func stopContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	s, ok := ctx.Value(stoppingKey{}).(*stopping)
-	if !ok {
-		return context.WithTimeout(context.Background(), shutdownTimeout)
-	}
-	s.mu.Lock()
-	deadline := s.deadline
-	s.mu.Unlock()
-	return context.WithDeadline(context.Background(), deadline)
-}
-
-// run runs every actor until one returns or ctx ends, then stops the others
-// in the reverse order of add, within bound in all. It returns the first
-// actor's error (nil for a clean stop, such as a signal) and those of the
-// stops, each named after its actor.
-func (g *group) run(ctx context.Context, bound time.Duration) error {
-	st := &stopping{}
-	// The actors stop one at a time, when the group cancels each: not all
-	// at once when ctx ends.
-	base := context.WithValue(context.WithoutCancel(ctx), stoppingKey{}, st)
-	type result struct {
-		i   int
-		err error
-	}
-	results := make(chan result, len(g.actors))
-	cancels := make([]context.CancelFunc, len(g.actors))
-	for i, a := range g.actors {
-		actx, cancel := context.WithCancel(base)
-		cancels[i] = cancel
-		go func() { results <- result{i, a.Run(actx)} }()
-	}
-	done := make([]bool, len(g.actors))
-	var errs []error
-	record := func(r result) {
-		done[r.i] = true
-		if r.err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", g.names[r.i], r.err))
-		}
-	}
+// wait returns once an actor's Run has returned, or ctx ends.
+func (g *group) wait(ctx context.Context) {
 	select {
-	case r := <-results:
-		record(r)
+	case <-g.exited: // nil before the first add: only ctx ends the wait
 	case <-ctx.Done():
 	}
-	st.mu.Lock()
-	st.deadline = time.Now().Add(bound)
-	st.mu.Unlock()
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
-	for i := len(g.actors) - 1; i >= 0; i-- {
-		cancels[i]()
-		for !done[i] {
-			select {
-			case r := <-results:
-				record(r)
-			case <-timer.C:
-				for _, c := range cancels {
-					c()
-				}
-				for j := range done {
-					if !done[j] {
-						errs = append(errs, fmt.Errorf("%s: %w", g.names[j], errActorsStuck))
-					}
-				}
-				return errors.Join(errs...)
-			}
+}
+
+// stop stops every actor, in the reverse order of add, by ctx's deadline:
+// for each, it ends Run's context, waits for Run to return, then calls
+// Stop. It returns the error of the first Run to return (the failure that
+// stopped the group, if one did), then the others', and those of the
+// stops, each named after its actor. An actor that has not stopped by the
+// deadline gives errActorsStuck, and so do those after it, which are told
+// to stop at once, without a wait. The actors it stopped are forgotten: a
+// second stop does nothing.
+func (g *group) stop(ctx context.Context) error {
+	var first *member
+	if g.exited != nil {
+		select {
+		case <-g.exited:
+			first = g.first
+		default:
 		}
 	}
-	return errors.Join(errs...)
+	var failure error // first's
+	var errs []error
+	ran := func(m *member) { // m's Run has returned
+		switch {
+		case m.err == nil:
+		case m == first:
+			failure = fmt.Errorf("%s: %w", m.name, m.err)
+		default:
+			errs = append(errs, fmt.Errorf("%s: %w", m.name, m.err))
+		}
+	}
+	for len(g.members) > 0 {
+		m := g.members[len(g.members)-1]
+		g.members = g.members[:len(g.members)-1]
+		stopped := make(chan error, 1)
+		go func() {
+			m.cancel()
+			<-m.ran
+			stopped <- m.actor.Stop(ctx)
+		}()
+		select {
+		case err := <-stopped:
+			ran(m)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
+			}
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("%s: %w", m.name, errActorsStuck))
+			if m == first {
+				ran(m)
+			}
+			for _, rest := range g.members {
+				if rest == first {
+					ran(rest)
+				}
+				errs = append(errs, fmt.Errorf("%s: %w", rest.name, errActorsStuck))
+				go func() {
+					rest.cancel()
+					<-rest.ran
+					_ = rest.actor.Stop(ctx)
+				}()
+			}
+			g.members = nil
+		}
+	}
+	return errors.Join(append([]error{failure}, errs...)...)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -37,7 +36,7 @@ type metricsServer struct {
 }
 
 // newMetricsServer listens on addr, at once, so that a taken port fails
-// start-up; Run serves.
+// start-up; Run serves, and Stop shuts it down.
 func newMetricsServer(addr string, reg prometheus.Gatherer, ready func() error, withPProf bool, log *slog.Logger) (*metricsServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
@@ -85,7 +84,7 @@ func newRegistry(stats *statsCollector, latency prometheus.Histogram) *prometheu
 	return reg
 }
 
-// Run serves until ctx ends, then shuts down within metricsShutdownTimeout.
+// Run serves until ctx ends, or fails with the server's error.
 func (s *metricsServer) Run(ctx context.Context) error {
 	s.log.Info("metrics listening", slog.String("addr", s.addr))
 	served := make(chan error, 1)
@@ -94,20 +93,21 @@ func (s *metricsServer) Run(ctx context.Context) error {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
+		return nil
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
+}
+
+// Stop shuts the server down by ctx's deadline, within
+// metricsShutdownTimeout at most, then closes the connections left (a
+// profile being taken).
+func (s *metricsServer) Stop(ctx context.Context) error {
+	sctx, cancel := context.WithTimeout(ctx, metricsShutdownTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(sctx); err != nil {
 		_ = s.srv.Close()
 	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
 	return nil
 }
-
-// Close stops listening, for a server that never ran.
-func (s *metricsServer) Close() error { return s.srv.Close() }
 
 // connLimit caps the connections of an HTTP server: past max, a new
 // connection closes the oldest one that is idle or has not sent a request

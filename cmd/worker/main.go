@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,30 +58,24 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 }
 
 // Main is the running program: the embedded server if any, the connection,
-// the state, the worker and the metrics server.
+// the state, the worker and the metrics server, each an actor of group.
 type Main struct {
 	Config Config
 	Log    *slog.Logger
 
 	id      string    // this worker's id: in its service info and the publisher lease
 	started time.Time // when Open began: which of two workers started later
+	group   group     // the running parts, stopped in the reverse order of their start
 	prefix  *prefixWatch
 	srv     *server.Server
 	nc      *natsConn
-	storeNC *natsConn        // --kv jetstream: the store's own connection
 	js      *jetstream.Store // --kv jetstream: the bucket; nil with --kv memory
 	replica *state.Replica   // --kv jetstream: the state; nil with --kv memory
 	state   consumer.State   // the state the worker serves, in either mode
-	worker  *consumer.Worker
-	metrics *metricsServer
 
 	workerRef   atomic.Pointer[consumer.Worker] // the worker once started, for ready (another goroutine)
-	replicaStop context.CancelFunc              // ends the replica's Run; nil if none
-	replicaDone chan error                      // receives the replica's Run's result, and keeps it
-
-	metricsAddr string       // where metrics are served, once Open has listened
-	dropped     bool         // the worker's drain ended with reports not applied
-	storeReady  func() error // why a shared store cannot take writes, or nil; nil without one
+	metricsAddr string                          // where metrics are served, once Open has listened
+	storeReady  func() error                    // why a shared store cannot take writes, or nil; nil without one
 }
 
 // ParseFlags sets the configuration from args and the environment, and the
@@ -99,9 +92,10 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stdout, std
 	return nil
 }
 
-// Open starts every part: the embedded server, the connection, the state,
-// the worker and the metrics listener. It fails at once on a taken port or
-// unusable credentials.
+// Open starts every part, each an actor of the group from its start: the
+// embedded server, the connection, the state, the worker, the prefix watch
+// and the metrics server. It fails at once on a taken port or unusable
+// credentials; Close then stops what it started.
 func (m *Main) Open() error {
 	m.id, m.started = workerID(), time.Now()
 	m.warnings()
@@ -117,6 +111,7 @@ func (m *Main) Open() error {
 			return err
 		}
 		m.srv, inProcess = srv, srv
+		m.group.add("embedded server", embeddedServer{srv})
 		url = srv.ClientURL()
 		m.Log.Info("embedded NATS server listening", slog.String("url", url))
 	}
@@ -125,6 +120,7 @@ func (m *Main) Open() error {
 		return fmt.Errorf("NATS connect: %w", err)
 	}
 	m.nc = nc
+	m.group.add("nats", nc)
 	if err := m.checkPrefix(); err != nil {
 		return err
 	}
@@ -143,16 +139,19 @@ func (m *Main) Open() error {
 	if err := w.Start(); err != nil {
 		return err
 	}
-	m.worker = w
+	m.group.add("worker", workerPart{w: w, nc: m.nc, state: m.state, log: m.Log,
+		serving: []any{slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV)}})
 	m.workerRef.Store(w)
 	m.prefix.self.service = w.ServiceID()
+	m.group.add("prefix watch", m.prefix)
 	if m.Config.MetricsAddr != "" {
 		reg := newRegistry(m.newStatsCollector(w), latency)
 		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, m.ready, m.Config.PProf, m.Log)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w; give another address, or port 0 for any free one", m.Config.MetricsAddr, err)
 		}
-		m.metrics, m.metricsAddr = ms, ms.addr
+		m.metricsAddr = ms.addr
+		m.group.add("metrics", ms)
 	}
 	return nil
 }
@@ -168,43 +167,15 @@ func (m *Main) warnings() {
 	}
 }
 
-// Run runs the parts as one group of actors until a signal (nil) or the
-// first failure (its error), then stops them in order within
-// shutdownTimeout (shutdown.go).
+// Run supervises the parts that Open started, and the signals, until a
+// signal (nil) or the first failure (its error), then stops them all
+// (Close) by shutdownTimeout from then.
 func (m *Main) Run(ctx context.Context, sig signals) error {
-	var g group
-	g.add("embedded server", until(m.stopServer))
-	g.add("nats", until(m.stopConn))
-	g.add("state", until(m.stopState))
-	g.add("replica", actorFunc(m.watchReplica))
-	g.add("worker", until(m.stopWorker))
-	g.add("nats watch", actorFunc(m.watchConn))
-	g.add("prefix watch", m.prefix)
-	if m.metrics != nil {
-		g.add("metrics", m.metrics)
-	}
-	g.add("signals", sig)
-	return g.run(ctx, shutdownTimeout)
-}
-
-// watchConn logs "serving" once the connection is up, and fails when the
-// connection closes or the server refuses the heartbeat subscription.
-func (m *Main) watchConn(ctx context.Context) error {
-	up := m.nc.up
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-up:
-			up = nil
-			v, _ := m.state.Version(ctx)
-			m.Log.Info("serving", slog.String("prefix", m.Config.Prefix), slog.String("kv", m.Config.KV), slog.String("epoch", v.Epoch))
-		case <-m.nc.closed:
-			return errors.New("NATS connection closed unexpectedly")
-		case err := <-m.nc.fatal:
-			return fmt.Errorf("cannot consume: the NATS server refuses the heartbeat subscription; check the worker's permissions: %w", err)
-		}
-	}
+	m.group.add("signals", sig)
+	m.group.wait(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	return m.Close(sctx)
 }
 
 // newStatsCollector exposes w, the connection and, with a shared store, its

@@ -174,6 +174,9 @@ func (p *prefixWatch) Run(ctx context.Context) error {
 	}
 }
 
+// Stop does nothing: the watch ends with Run.
+func (p *prefixWatch) Stop(context.Context) error { return nil }
+
 // once looks, and decides: this worker leaves if a worker with another
 // state started before it.
 func (p *prefixWatch) once(ctx context.Context) error {

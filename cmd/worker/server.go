@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -88,6 +89,33 @@ func startEmbedded(listen string, log *slog.Logger) (*server.Server, error) {
 		return nil, fmt.Errorf("embedded NATS server did not listen on %s within %v", listen, embeddedStartTimeout)
 	}
 	return s, nil
+}
+
+// embeddedServer is the embedded NATS server as an actor of the group: the
+// last part to stop.
+type embeddedServer struct{ *server.Server }
+
+// Run fails if the server shuts down before ctx ends: the worker would be
+// up with nothing to consume from.
+func (s embeddedServer) Run(ctx context.Context) error {
+	down := make(chan struct{})
+	go func() {
+		s.WaitForShutdown()
+		close(down)
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-down:
+		return errors.New("the embedded NATS server shut down")
+	}
+}
+
+// Stop shuts the server down and waits until it has.
+func (s embeddedServer) Stop(context.Context) error {
+	s.Shutdown()
+	s.WaitForShutdown()
+	return nil
 }
 
 // serverLog is the embedded server's logger: its warnings and errors (slow

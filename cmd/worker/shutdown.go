@@ -2,119 +2,80 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/flowstate-io/flowstate/consumer"
 )
 
-// The parts stop in this order (the reverse of their start), within
-// shutdownTimeout in all: the metrics server; the worker (stop intake and
-// drain the reports received: those not applied within intakeShare of the
-// time left are dropped, their nodes' next heartbeats heal the state; then
-// the last publish); the shared state (the publisher lease handed over);
-// the connection (drained); the embedded server. Each stop runs once,
-// from its actor (Run) or from Close.
+// The parts are the actors of one group (group.go), each added as Open
+// starts it, and stop in the reverse order, by one deadline
+// (shutdownTimeout after a signal or a failure): the signals, the metrics
+// server, the prefix watch; the worker (intake stops, the reports received
+// are applied and acked for intakeShare of the time left, the rest are
+// dropped, their nodes' next heartbeats heal the state; then the last
+// publish); the shared state (the publisher lease handed over, the store
+// closed) and its connection; the connection (drained); the embedded
+// server. Close is that stop, after Run as after a failed Open.
 
 // intakeShare is the share of the time left given to the worker's drain of
 // received reports; the rest is for the last publish, the connection and
 // the embedded server.
 const intakeShare = 0.6
 
-// stopWorker stops intake, drains the reports received and publishes the
-// last state.
-func (m *Main) stopWorker(ctx context.Context) error {
-	w := m.worker
-	if w == nil {
-		return nil
-	}
-	m.worker = nil
-	if m.nc != nil && !m.nc.IsConnected() && !chanClosed(m.nc.up) {
-		// Never connected (the server refuses the credentials, or is not
-		// there): nothing was received, and a drain would only wait for a
-		// server until ctx ends. Close instead.
-		m.nc.closing.Store(true)
-		m.nc.Close()
-	}
-	wctx, cancel := shareOf(ctx, intakeShare)
-	defer cancel()
-	err := w.Shutdown(wctx)
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-		s := w.Stats()
-		m.Log.Warn("reports received but not applied in time are dropped; their nodes' next heartbeats heal the state",
-			slog.Uint64("received", s.Received), slog.Uint64("applied", s.Applied), slog.Uint64("rejected", s.Rejected))
-		m.dropped = true
-		return nil
-	}
-	return err
+// workerPart is the worker (package consumer) as an actor: Run logs
+// "serving" once the connection is up, and Stop shuts the worker down.
+type workerPart struct {
+	w       *consumer.Worker
+	nc      *natsConn
+	state   consumer.State
+	log     *slog.Logger
+	serving []any // the attributes of the serving line
 }
 
-// stopState hands the publisher lease of a shared store over to another
-// worker and closes the store.
-func (m *Main) stopState(ctx context.Context) error {
-	err := m.stopReplica(ctx)
-	if m.js != nil {
-		m.js.Close()
-		m.js = nil
-	}
-	if m.storeNC != nil {
-		m.storeNC.closing.Store(true)
-		m.storeNC.Close()
-		m.storeNC = nil
-	}
-	return err
-}
-
-// stopConn drains the connection and waits until it is closed, under ctx.
-// After an incomplete drain of the heartbeats, it flushes what was sent
-// (acks, the last state) and closes, dropping what is still pending.
-func (m *Main) stopConn(ctx context.Context) error {
-	nc := m.nc
-	if nc == nil || nc.IsClosed() {
-		return nil
-	}
-	nc.closing.Store(true)
-	if m.dropped {
-		fctx, cancel := shareOf(ctx, 0.5)
-		defer cancel()
-		if err := nc.FlushWithContext(fctx); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			m.Log.Warn("flush before close failed", slog.Any("err", err))
-		}
-		nc.Close()
-		return nil
-	}
-	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		nc.Close()
-	}
+// Run logs "serving" once the connection is up, then waits for the stop:
+// the worker itself runs on the connection's goroutines.
+func (p workerPart) Run(ctx context.Context) error {
 	select {
-	case <-nc.closed:
-		return nil
 	case <-ctx.Done():
-		nc.Close()
-		return fmt.Errorf("NATS drain: %w", ctx.Err())
+		return nil
+	case <-p.nc.up:
 	}
-}
-
-// stopServer stops the embedded server.
-func (m *Main) stopServer(context.Context) error {
-	if m.srv != nil {
-		m.srv.Shutdown()
-		m.srv.WaitForShutdown()
-		m.srv = nil
-	}
+	v, _ := p.state.Version(ctx)
+	p.log.Info("serving", append(p.serving, slog.String("epoch", v.Epoch))...)
+	<-ctx.Done()
 	return nil
 }
 
-// Close stops, in order and under ctx, whatever Open started and Run has
-// not stopped: after a failed Open, or instead of Run.
-func (m *Main) Close(ctx context.Context) error {
-	if m.metrics != nil {
-		_ = m.metrics.Close()
-		m.metrics = nil
+// Stop stops intake, drains the reports received and publishes the last
+// state. Reports not applied within intakeShare of the time left are
+// dropped, and the connection then flushed and closed, not drained.
+func (p workerPart) Stop(ctx context.Context) error {
+	if !p.nc.IsConnected() && !chanClosed(p.nc.up) {
+		// Never connected (the server refuses the credentials, or is not
+		// there): nothing was received, and a drain would only wait for a
+		// server until ctx ends. Close instead.
+		p.nc.closing.Store(true)
+		p.nc.Close()
 	}
-	return errors.Join(m.stopWorker(ctx), m.stopState(ctx), m.stopConn(ctx), m.stopServer(ctx))
+	wctx, cancel := shareOf(ctx, intakeShare)
+	defer cancel()
+	err := p.w.Shutdown(wctx)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		s := p.w.Stats()
+		p.log.Warn("reports received but not applied in time are dropped; their nodes' next heartbeats heal the state",
+			slog.Uint64("received", s.Received), slog.Uint64("applied", s.Applied), slog.Uint64("rejected", s.Rejected))
+		p.nc.abandon.Store(true)
+		return nil
+	}
+	return err
+}
+
+// Close stops every part that Open and Run started, in the reverse order
+// of their start, by ctx's deadline: the one stop path, after Run as after
+// a failed Open. A second Close does nothing.
+func (m *Main) Close(ctx context.Context) error {
+	return m.group.stop(ctx)
 }
 
 // shareOf returns a context that ends after share of ctx's remaining time.

@@ -24,10 +24,8 @@ func catchSignals(log *slog.Logger) signals {
 	return s
 }
 
-// Run returns nil on SIGINT or SIGTERM, or when ctx ends. SIGHUP and SIGPIPE
-// stay ignored after it returns.
+// Run returns nil on SIGINT or SIGTERM, or when ctx ends.
 func (s signals) Run(ctx context.Context) error {
-	defer s.stop()
 	logged := map[os.Signal]bool{}
 	for {
 		select {
@@ -46,6 +44,12 @@ func (s signals) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// Stop is stop, as the first actor of the group to stop.
+func (s signals) Stop(context.Context) error {
+	s.stop()
+	return nil
 }
 
 // stop stops catching SIGINT and SIGTERM (a second one then ends the process

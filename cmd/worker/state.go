@@ -33,8 +33,9 @@ func (m *Main) openState(ccfg consumer.Config, dial func() (*natsConn, error)) (
 	return consumer.NewShared(m.nc.Conn, replica, ccfg)
 }
 
-// openReplica opens the bucket and runs a Replica of it from here, so that
-// its watch has read the bucket before the worker serves, until stopState.
+// openReplica opens the bucket and runs a Replica of it, an actor of the
+// group from here on, so that its watch has read the bucket before the
+// worker serves.
 func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
 	defer cancel()
@@ -44,7 +45,8 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	if err != nil {
 		return nil, fmt.Errorf("NATS connect: %w", err)
 	}
-	m.storeNC = snc
+	snc.closeAtStop = true
+	m.group.add("store connection", snc)
 	js, err := jetstream.Open(ctx, snc.Conn, cfg)
 	if errors.Is(err, jetstream.ErrServerTooOld) || errors.Is(err, jetstream.ErrNotEnabled) {
 		return nil, fmt.Errorf("--kv jetstream: %w", err)
@@ -63,11 +65,11 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 		MaxReportFlows: m.Config.MaxFlows,
 	})
 	if err != nil {
+		js.Close()
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	m.replica, m.replicaStop, m.replicaDone = replica, stop, make(chan error, 1)
-	go func() { m.replicaDone <- replica.Run(runCtx) }()
+	m.replica = replica
+	m.group.add("state", sharedState{replica: replica, store: js})
 	if err := replica.WaitLoaded(ctx); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("its content was not read within %v (%w): JetStream is slow or the bucket's stream has no leader; see the lines above", jetStreamStartTimeout, err)
@@ -96,40 +98,31 @@ func (m *Main) warnAggregateSize(maxPayload int64) {
 		slog.Int64("flows", fits), slog.Int64("max_payload", maxPayload), slog.Int64("max_total_flows", limit))
 }
 
-// watchReplica is the replica's actor: it fails the group if the replica
-// stops following the store. stopState stops the replica.
-func (m *Main) watchReplica(ctx context.Context) error {
-	if m.replicaDone == nil {
-		<-ctx.Done()
-		return nil
-	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-m.replicaDone:
-		m.replicaDone <- err
-		if err == nil {
-			err = errors.New("it stopped")
-		}
-		return fmt.Errorf("the shared state no longer follows the store: %w", err)
-	}
+// sharedState is the Replica of a JetStream bucket as an actor: Run
+// follows the store, and hands the publisher lease over to another worker
+// before it returns; Stop then closes the store.
+type sharedState struct {
+	replica *state.Replica
+	store   *jetstream.Store
 }
 
-// stopReplica ends the replica's Run, which hands the publisher lease over
-// to another worker, and waits for it under ctx.
-func (m *Main) stopReplica(ctx context.Context) error {
-	if m.replicaStop == nil {
-		return nil
-	}
-	m.replicaStop()
-	m.replicaStop = nil
-	select {
-	case err := <-m.replicaDone:
-		m.replicaDone <- err
+// Run follows the store until ctx ends, and fails if the replica stops
+// following it before.
+func (s sharedState) Run(ctx context.Context) error {
+	err := s.replica.Run(ctx)
+	if ctx.Err() != nil {
 		return err
-	case <-ctx.Done():
-		return fmt.Errorf("stop the shared state: %w", ctx.Err())
 	}
+	if err == nil {
+		err = errors.New("it stopped")
+	}
+	return fmt.Errorf("the shared state no longer follows the store: %w", err)
+}
+
+// Stop closes the store.
+func (s sharedState) Stop(context.Context) error {
+	s.store.Close()
+	return nil
 }
 
 // The JetStream store is what a replica follows.

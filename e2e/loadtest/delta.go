@@ -1,6 +1,6 @@
 package main
 
-// The delta scenario measures issue 12's target: the bytes of a delta
+// The delta scenario measures the delta target: the bytes of a delta
 // update on <prefix>.state.delta against the full one on <prefix>.state,
 // published at the same moments of the same run, with 10,000 flows on 1,000
 // nodes and 10 nodes reporting per 100 ms. A worker that predates protocol
@@ -133,7 +133,8 @@ func measureDelta(ctx context.Context, url string, sc scenario, d time.Duration)
 	return r, err
 }
 
-// deltaTargets is the target of issue 12, when the delta scenario ran.
+// deltaTargets is the delta target (a delta update within 2% of the full
+// one), when the delta scenario ran.
 func deltaTargets(find func(string) []runResult) []target {
 	runs := find("delta")
 	if len(runs) == 0 {

@@ -1,6 +1,6 @@
 package main
 
-// The follow scenarios measure issue 12's frontend: the CPU and the bytes
+// The follow scenarios measure the frontend target: the CPU and the bytes
 // per second of a client.Watch that follows deltas (v2) against one that
 // follows the full updates on <prefix>.state (v1), both at once against the
 // same worker and the same reports: 10 nodes reporting per 100 ms, with
@@ -329,7 +329,7 @@ func kb(b float64) string {
 	return fmt.Sprintf("%.1f KB", b/(1<<10))
 }
 
-// followTargets is issue 12's frontend target, for the follow scenarios
+// followTargets is the frontend target, for the follow scenarios
 // that ran: following deltas costs less CPU and fewer bytes than following
 // flow.state, in the same run.
 func followTargets(find func(string) []runResult) []target {

@@ -1,9 +1,9 @@
 package main
 
 // The acked scenarios compare the state backends under the same load:
-// 1,000 nodes x 10 flows, 256 acknowledged reports in flight (issue 10).
-// They are not in --scenarios all until the pipelined JetStream backend
-// lands; name them (--scenarios acked,js-r1,js-r3) to run them.
+// 1,000 nodes x 10 flows, 256 acknowledged reports in flight, for the
+// backend targets (ackedTargets). They are in --scenarios all, and run
+// alone with --scenarios acked,js-r1,js-r3.
 
 import (
 	"context"
@@ -149,7 +149,9 @@ func (lt *loadTest) startJetStream(n int) (urls []string, stop func() error, err
 // jetStreamTimeout bounds the wait for a cluster's JetStream meta leader.
 const jetStreamTimeout = 30 * time.Second
 
-// ackedTargets are the targets of issue 10, when an acked scenario ran.
+// ackedTargets are the backend targets (the acked rate of the JetStream
+// backend against the memory backend, and its ack p99), when an acked
+// scenario ran.
 func ackedTargets(find func(string) []runResult) []target {
 	mem := find("acked")
 	if len(mem) == 0 && len(find("js-r1")) == 0 && len(find("js-r3")) == 0 {

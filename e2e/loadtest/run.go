@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/internal/binaries"
 	"github.com/flowstate-io/flowstate/internal/loadgen"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // loadTest runs the scenarios against one nats-server.
@@ -250,12 +251,6 @@ func shares(u usage, d time.Duration) string {
 	return s + fmt.Sprintf("nats-server %.0f%%, loadtest %.0f%%, others %.0f%% of the machine", pct(u.nats), pct(u.self), 100*u.othersShare())
 }
 
-// The worker's default --max-nodes and --max-total-flows.
-const (
-	workerDefaultMaxNodes = 10000
-	workerDefaultMaxFlows = 100000
-)
-
 // workerLimitArgs returns the worker flags that make room for a scenario's
 // nodes and flows and those of the ack clients (nodes of their own,
 // numbered after the scenario's): none when the defaults hold them all.
@@ -264,10 +259,10 @@ const (
 func workerLimitArgs(sc scenario, ackClients int) []string {
 	var args []string
 	nodes := sc.nodes + ackClients
-	if nodes > workerDefaultMaxNodes {
+	if nodes > state.DefaultMaxNodes {
 		args = append(args, "--max-nodes", strconv.Itoa(nodes))
 	}
-	if flows := nodes * sc.flows; flows > workerDefaultMaxFlows {
+	if flows := nodes * sc.flows; flows > state.DefaultMaxTotalFlows {
 		args = append(args, "--max-total-flows", strconv.Itoa(flows))
 	}
 	return args

@@ -168,7 +168,7 @@ func (r snapshotResult) String() string {
 		r.flows, r.first, r.next, r.cli, r.json, mb(r.jsonRSS), r.jsonExact, r.check)
 }
 
-// snapshotTargets is issue 12's large-state target, when the snapshot
+// snapshotTargets is the large-state target, when the snapshot
 // scenario ran: client.Get reads the 1,000,000 flows in chunks.
 func snapshotTargets(find func(string) []runResult) []target {
 	runs := find(snapshotScenario.name)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -31,7 +32,7 @@ func (m Mode) String() string {
 // Defaults of Config.
 const (
 	DefaultInFlight = 256
-	DefaultTimeout  = 5 * time.Second
+	DefaultTimeout  = client.DefaultTimeout // a request's bound, as the client's
 )
 
 // Config describes a load. The zero values of Prefix, InFlight and Timeout

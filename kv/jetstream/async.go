@@ -14,9 +14,6 @@ import (
 	"github.com/flowstate-io/flowstate/kv"
 )
 
-// DefaultWindow is Config.Window's default.
-const DefaultWindow = 256
-
 // errStoreClosed answers the puts in flight when the store closes.
 var errStoreClosed = errors.New("the store is closed")
 

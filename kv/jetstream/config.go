@@ -8,6 +8,8 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // Defaults of Config.
@@ -49,7 +51,8 @@ type Config struct {
 	// ProbeInterval is how often the store checks whether JetStream is back
 	// after a write found it unavailable; DefaultProbeInterval if 0.
 	ProbeInterval time.Duration
-	// Window is how many puts PutAsync keeps in flight; DefaultWindow if 0.
+	// Window is how many puts PutAsync keeps in flight; kv.DefaultWindow
+	// if 0.
 	Window int
 	Logger *slog.Logger // nil: discard
 }
@@ -80,7 +83,7 @@ func (c Config) withDefaults() Config {
 		c.ProbeInterval = DefaultProbeInterval
 	}
 	if c.Window == 0 {
-		c.Window = DefaultWindow
+		c.Window = kv.DefaultWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

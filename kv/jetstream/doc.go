@@ -57,11 +57,9 @@
 // connection with a reconnect buffer (the worker's store connection has
 // none), nats.go may also flush a put from the buffer once reconnected.
 //
-// Cost, measured on a 2-core VM that also ran the server and the load
-// (README, Backends): one worker with a window of 256 acks 0.62x what the
-// memory backend acks in the same run (memory storage, R1), at about 18 µs
-// of the worker's CPU per report; three workers on an R3 bucket of three
-// servers on the same two cores 0.20x. A write is one JetStream round
-// trip, about 0.4 ms; the window hides it. Another store's watch delivers
-// a write within 1.2 ms (p99) of its acknowledgement.
+// Cost: a write is one JetStream round trip, which the window hides: up to
+// Window writes are in flight at once, so the rate of acknowledged writes
+// is bounded by the window over the round trip, not by the round trip
+// alone. The measured rates, against the memory backend, are in
+// docs/performance.md.
 package jetstream

@@ -85,7 +85,7 @@ bench: build nats-server
 	$(GO) test -run '^$$' -bench . -benchmem ./codec/ ./flowstate/ ./state/ ./consumer/ ./internal/latency/ | tee $(BIN)/gobench.txt
 	$(GO) run ./e2e/loadtest --go-bench $(BIN)/gobench.txt $(LOADTEST_ARGS)
 
-# The attacks of docs/attacks.md at full size (FLOWSTATE_ATTACK=1): a million
+# The attacks of docs/operating.md ("Hostile clients") at full size (FLOWSTATE_ATTACK=1): a million
 # nodes, 200,000 nodes asked for their view, 2,000 nodes sharing 1,000 flows,
 # 1.6 GB of 8 MB bodies. `make test` runs the same tests at a size that fits
 # a small machine. Each test logs a FIGURES line (peak RSS, latency of a
@@ -103,7 +103,7 @@ fuzz:
 # The robustness test (e2e/chaos) for CHAOS_DURATION with a random seed, or
 # CHAOS_SEED to replay one: it prints the seed first and one line of figures
 # last; the whole output is in $(BIN)/chaos.log. CHAOS_FAULTS picks the fault
-# kinds (e.g. CHAOS_FAULTS=partition,process; README, Robustness testing) and
+# kinds (e.g. CHAOS_FAULTS=partition,process; docs/design.md, "Robustness testing") and
 # CHAOS_STATE=large runs it on a 20,000-flow state.
 CHAOS_DURATION ?= 10m
 CHAOS_SEED     ?=

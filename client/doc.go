@@ -26,6 +26,6 @@
 //
 // It does not link the worker: it takes the wire's names from package
 // protocol, the msgpack form from codec and the value types from flowstate,
-// and never imports consumer, kv/jetstream or nats-server (flowstate brings
-// in kv and lease, which import only the standard library).
+// and never imports the domain (state, kv, lease), consumer or nats-server:
+// flowstate, codec and protocol import only the standard library.
 package client

@@ -16,7 +16,7 @@ import (
 	"github.com/flowstate-io/flowstate/internal/netfault"
 )
 
-// workerServerConf is the README's server configuration for workers: a
+// workerServerConf is the server configuration for workers of docs/operating.md: a
 // client that stops answering pings, or whose socket takes nothing for the
 // write deadline, is closed within about 20 s, so that a deaf worker's
 // subscription leaves its queue group.

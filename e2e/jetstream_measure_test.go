@@ -44,7 +44,7 @@ func TestJetStreamGetAfterAckSeesTheReport(t *testing.T) {
 	}
 }
 
-// TestJetStreamMeasure measures what the README reports: the rate of acked
+// TestJetStreamMeasure measures what docs/performance.md reports: the rate of acked
 // reports of 1,000 nodes with 10 flows each, on one worker with the memory
 // backend and on one and three workers with --kv jetstream; and how long
 // after an ack the publisher's update carrying it arrives on the state

@@ -16,7 +16,7 @@ import (
 // the other workers of its prefix ($SRV.INFO.flowstate, replies to an
 // inbox); a flownode publishes on its own heartbeat subject only (and
 // receives the replies to its requests); a frontend gets, asks for the node
-// view and follows the state, full and delta updates (v2). README's
+// view and follows the state, full and delta updates (v2). docs/operating.md's
 // Security section shows it.
 const permissionsConf = `authorization {
   users = [
@@ -135,7 +135,7 @@ func TestWorkerWithoutHeartbeatPermissionExitsWithAReason(t *testing.T) {
 // jetStreamWorkerConf is permissionsConf's worker with --kv jetstream: it
 // also manages and writes its bucket (flow_state) through the JetStream API,
 // and watches it with an ordered consumer (deliveries to an inbox, flow
-// control replies). README's Security section shows it.
+// control replies). docs/operating.md's Security section shows it.
 const jetStreamWorkerConf = `jetstream {store_dir: %q}
 authorization {
   users = [

@@ -23,7 +23,7 @@ const embeddedMaxPayload = 8 << 20
 // embeddedStartTimeout bounds the wait for the embedded server to listen.
 const embeddedStartTimeout = 10 * time.Second
 
-// The embedded server's liveness settings, those the README gives for an
+// The embedded server's liveness settings, those docs/operating.md gives for an
 // external server: a client that stops answering pings (a stalled link, a
 // paused process) is closed after serverPingMax unanswered pings
 // serverPingInterval apart, within about 20 s, and one whose socket takes

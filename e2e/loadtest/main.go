@@ -31,17 +31,19 @@
 //     following deltas against one following flow.state, both child
 //     processes of this program, 1,000 and 10,000 flows, 10 nodes reporting
 //     per 100 ms (follow.go).
-//
-// Named only (not in all):
-//
 //   - acked, js-r1, js-r3: 1,000 nodes x 10 flows, 256 acked reports in
 //     flight, against one worker on the memory backend, one worker on a
 //     JetStream bucket (R1, memory storage) of a server of its own, and
 //     three workers on an R3 file-storage bucket of three servers; the
 //     JetStream rates are compared with the memory backend's (jetstream.go).
+//
+// Named only (not in all):
+//
 //   - snapshot: 1,000,000 flows (100 nodes x 10,000) read by client.Get and
 //     by `worker get` in chunks within the default 1 MB max payload, timed,
-//     with the worker's CPU per chunk (snapshot.go).
+//     with the worker's CPU per chunk, then `worker get --json` of the same
+//     state: its time, peak RSS and exact bytes (snapshot.go). `make bench`
+//     names it.
 //   - fanout, fanout-5s: 300 slow subscribers of flow.state (256 KB/s each)
 //     of a 10,000-flow aggregate with 10 nodes reporting per 100 ms, on a
 //     nats-server of their own (max_pending 8 MB): the server's RSS, the

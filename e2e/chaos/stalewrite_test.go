@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -31,14 +30,8 @@ func seqReport(n uint64, k int) []byte {
 // 2 (the README: a get includes every report acked before it was sent).
 func TestStalledRoutesCannotBringBackAnOlderReport(t *testing.T) {
 	h := newHistory()
-	s := startJetStreamSystem(t, h.now, systemConfig{diskServer: -1, on: []int{1, 2}})
-	nc, err := s.connect("stale nemesis")
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
 	const leader = 0
-	require.Equal(t, "done", strOr(moveStreamLeader(nc, js, leader), "done"), "s0 leads the bucket's stream")
+	s, _ := startLedSystem(t, h, []int{1, 2}, leader)
 
 	flownode, err := nats.Connect(s.servers[leader].URL) // the node's connection, to s0
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ import (
 // answered.
 func TestHeldPutCannotLandAfterALaterReport(t *testing.T) {
 	const leader, node = 0, 1
-	s, js := startLedSystem(t, newHistory(), []int{1, 2}, leader)
+	s, js := startLedSystem(t, newHistory(), systemConfig{on: []int{1, 2}}, leader)
 	onS1, err := nats.Connect(s.servers[1].URL)
 	require.NoError(t, err)
 	defer onS1.Close()
@@ -77,12 +77,13 @@ func requireGetAt(t *testing.T, nc *nats.Conn, rev uint64) output {
 	}
 }
 
-// startLedSystem runs the JetStream system with worker w reaching server
-// on[w] only, and hands the bucket stream's leadership to server leader;
-// it returns the system and JetStream on a connection of the nemesis.
-func startLedSystem(t *testing.T, h *history, on []int, leader int) (*system, jetstream.JetStream) {
+// startLedSystem runs the JetStream system of cfg and hands the bucket
+// stream's leadership to server leader; it returns the system and
+// JetStream on a connection of the nemesis.
+func startLedSystem(t *testing.T, h *history, cfg systemConfig, leader int) (*system, jetstream.JetStream) {
 	t.Helper()
-	s := startJetStreamSystem(t, h.now, systemConfig{diskServer: -1, on: on})
+	cfg.diskServer = -1
+	s := startJetStreamSystem(t, h.now, cfg)
 	nc, err := s.connect("nemesis")
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

@@ -14,16 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/internal/netfault"
+	"github.com/flowstate-io/flowstate/internal/proctest"
 )
 
 // workerServerConf is the server configuration for workers of docs/operating.md: a
 // client that stops answering pings, or whose socket takes nothing for the
-// write deadline, is closed within about 20 s, so that a deaf worker's
+// write deadline, is closed within 20 s, so that a deaf worker's
 // subscription leaves its queue group.
-const workerServerConf = `ping_interval: "5s"
-ping_max: 2
-write_deadline: "10s"
-`
+const workerServerConf = proctest.WorkerServerConfig
 
 // Bounds of the deaf-worker tests (the issue's targets).
 const (

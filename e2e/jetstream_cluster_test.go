@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -171,5 +172,47 @@ func awaitGet(t testing.TB, c *client, timeout time.Duration) {
 		}
 		require.True(t, time.Now().Before(deadline), "no get answered within %v", timeout)
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestJetStreamWorkerStartsWhileTheStreamLeaderRestarts starts workers
+// right after the bucket stream's leader was restarted, as a rolling
+// restart of servers and workers does: JetStream then answers that it is
+// electing ("JetStream system temporarily unavailable"), times out, or has
+// no leader for the stream yet. Each worker retries those within its
+// start-up bound and serves; none exits.
+func TestJetStreamWorkerStartsWhileTheStreamLeaderRestarts(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t)
+	args := []string{"--kv-replicas", "3", "--kv-storage", "file"}
+	startJSWorkers(t, cl.URLs, 1, args...) // creates the bucket
+	nc, err := nats.Connect(cl.URLs, nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	for round := range 3 {
+		leader := awaitStreamLeader(t, js)
+		s := cl.servers[leader]
+		s.kill()
+		require.NoError(t, s.srv.Restart())
+		s.p = wrapProcess(s.srv.Process)
+		w := launchWorker(t, nil, append([]string{"--nats-url", s.URL, "--kv", "jetstream"}, args...)...)
+		_, err := w.p.awaitStderr(regexp.MustCompile(`msg=serving`), startTimeout)
+		require.NoError(t, err, "round %d: the worker started after s%d, the stream's leader, restarted; stderr:\n%s", round, leader, w.Stderr())
+	}
+}
+
+// awaitStreamLeader returns the index of the server that leads the
+// bucket's stream, once there is one (30 s at most).
+func awaitStreamLeader(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if i := proctest.StreamLeader(js, "KV_"+jsBucket, 2*time.Second); i >= 0 {
+			return i
+		}
+		require.True(t, time.Now().Before(deadline), "the bucket's stream has no leader within 30 s")
+		time.Sleep(100 * time.Millisecond)
 	}
 }

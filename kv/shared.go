@@ -38,6 +38,11 @@ type Condition struct {
 	Revision uint64
 }
 
+// NoCondition is the zero Condition: where a write takes one (PutAsync), the
+// write is unconditional. (A Condition on a key, even with Revision 0, has a
+// non-empty Key.)
+var NoCondition Condition
+
 // Conditional is a store with compare-and-set writes. Across processes, the
 // revision is the lock.
 type Conditional interface {
@@ -57,7 +62,8 @@ const (
 	// OpDelete: Key was deleted (or purged).
 	OpDelete
 	// OpReset: the watch (re)starts at epoch Revision.Epoch. Forget every
-	// key: the store's current entries follow, then OpSynced. Revision.Seq,
+	// key: each key's last write follows (deletions included), then
+	// OpSynced. Revision.Seq,
 	// if not 0, is where the epoch began: an entry with a lower sequence
 	// number is a write of the last epoch that the store took after it was
 	// cleared and before the new epoch began, and is no part of this one.
@@ -104,9 +110,11 @@ type Event struct {
 // Watcher is a store whose writes can be followed in the order the store
 // made them.
 type Watcher interface {
-	// Watch calls fn, from one goroutine, with OpReset, then one OpPut per
-	// current key in sequence order, then OpSynced, then every later write in
-	// sequence order. When the store starts over (cleared, wiped or recreated
+	// Watch calls fn, from one goroutine, with OpReset, then each key's
+	// last write in sequence order (OpPut, or OpDelete for a key whose last
+	// write is a deletion, so that a Condition can be made on any key the
+	// watch delivered), then OpSynced, then every later write in sequence
+	// order. When the store starts over (cleared, wiped or recreated
 	// by anyone) or the watch has to start over, it calls fn with OpReset
 	// again and repeats. It returns when ctx ends, with ctx's error, or when
 	// it cannot go on.
@@ -115,6 +123,22 @@ type Watcher interface {
 	// for a read barrier: once a watch has delivered it, it has delivered
 	// every write acknowledged before LastRevision was called.
 	LastRevision(ctx context.Context) (Revision, error)
+}
+
+// AsyncPutter is a store whose puts do not wait for the store's answer, so
+// that a writer can keep many in flight (a replica's pipelined node writes).
+type AsyncPutter interface {
+	// PutAsync sends a put of key, under cond unless cond is NoCondition,
+	// and calls done once, from any goroutine, with the write's revision;
+	// or with an error wrapping ErrRevisionMismatch when cond did not hold
+	// as the store took it (nothing was stored), or wrapping
+	// ErrUnavailable when it was not stored or its outcome is unknown.
+	// Puts are stored in the order of the calls, never retried, and done
+	// comes within a bounded time. PutAsync may block while too many puts
+	// are in flight, until ctx ends. When it returns an error, nothing was
+	// sent and done is not called. value is not retained once PutAsync has
+	// returned.
+	PutAsync(ctx context.Context, key string, value []byte, cond Condition, done func(Revision, error)) error
 }
 
 // Shared is a store that several processes use at once.

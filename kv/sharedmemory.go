@@ -37,8 +37,10 @@ type SharedMemoryOptions struct {
 // OpReset.
 //
 // Test hooks: SetUnavailable makes every call fail with ErrUnavailable,
-// LoseAcks stores writes but answers them with ErrUnavailable, and
-// StallWatches holds every watch back until ResumeWatches.
+// LoseAcks stores writes but answers them with ErrUnavailable,
+// StallWatches holds every watch back until ResumeWatches, and HoldPuts
+// keeps PutAsync's puts in flight (held in a stalled link) until
+// ReleasePuts, ExpireHeldPuts answering them meanwhile as timed out.
 type SharedMemory struct {
 	now      func() time.Time
 	maxValue int
@@ -54,6 +56,8 @@ type SharedMemory struct {
 	lostAcks int // writes still to be stored but answered with ErrUnavailable
 	stalled  bool
 	changed  chan struct{} // closed, and replaced, when watches have something new to see
+	holding  bool          // PutAsync holds its puts (HoldPuts)
+	held     []heldPut     // the puts held, in the order they were sent
 }
 
 type sharedEntry struct {
@@ -68,7 +72,10 @@ type sharedWrite struct {
 	key string
 }
 
-var _ Shared = (*SharedMemory)(nil)
+var (
+	_ Shared      = (*SharedMemory)(nil)
+	_ AsyncPutter = (*SharedMemory)(nil)
+)
 
 // NewSharedMemory returns an empty shared store with a new epoch.
 func NewSharedMemory(opts SharedMemoryOptions) *SharedMemory {
@@ -82,52 +89,6 @@ func NewSharedMemory(opts SharedMemoryOptions) *SharedMemory {
 		epoch:    NewEpoch(),
 		changed:  make(chan struct{}),
 	}
-}
-
-// SetUnavailable makes every call (reads, writes, Epoch, LastRevision)
-// fail with an error wrapping ErrUnavailable while down is true, storing
-// nothing, as a bucket without quorum does. Watches go on; they have
-// nothing new to deliver.
-func (s *SharedMemory) SetUnavailable(down bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.down = down
-}
-
-// LoseAcks makes the next n writes succeed but return an error wrapping
-// ErrUnavailable, as writes whose acknowledgement was lost: stored and
-// delivered to watches, though the writer was told they failed.
-func (s *SharedMemory) LoseAcks(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.lostAcks = n
-}
-
-// Available reports whether calls go through: false after
-// SetUnavailable(true), until SetUnavailable(false).
-func (s *SharedMemory) Available() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.down
-}
-
-// StallWatches holds every watch back: once it has returned, no watch
-// delivers a write made (or starts over after a Clear made) after it,
-// until ResumeWatches. An event a watch had already taken may still be
-// delivered.
-func (s *SharedMemory) StallWatches() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = true
-}
-
-// ResumeWatches lets every watch go on from where it stopped: writes
-// replaced while it was stalled are skipped, as a bucket does.
-func (s *SharedMemory) ResumeWatches() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stalled = false
-	s.notifyLocked()
 }
 
 func (s *SharedMemory) notifyLocked() {
@@ -161,11 +122,26 @@ func (s *SharedMemory) Put(_ context.Context, key string, value []byte) (Revisio
 	return s.write("put", key, value, false, nil)
 }
 
-// PutAsync is Put, answered by done before it returns: a store whose puts
-// never wait, for a replica that sends its writes without waiting.
-func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, done func(Revision, error)) error {
-	done(s.Put(ctx, key, value))
+// PutAsync implements AsyncPutter: it is Put (PutIf under cond), answered
+// by done before it returns, unless HoldPuts holds it.
+func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, cond Condition, done func(Revision, error)) error {
+	s.mu.Lock()
+	if s.holding {
+		s.held = append(s.held, heldPut{key: key, value: clone(value), cond: cond, done: done})
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	done(s.putUnder(ctx, key, value, cond))
 	return nil
+}
+
+// putUnder is Put, or PutIf under cond unless cond is NoCondition.
+func (s *SharedMemory) putUnder(ctx context.Context, key string, value []byte, cond Condition) (Revision, error) {
+	if cond == NoCondition {
+		return s.Put(ctx, key, value)
+	}
+	return s.PutIf(ctx, key, value, cond)
 }
 
 // Delete implements Store. Deleting a missing key writes a deletion too.
@@ -286,9 +262,12 @@ func (s *SharedMemory) watchPass(ctx context.Context, fn func(Event)) error {
 	epoch, last := s.epoch, s.seq
 	var current []Event
 	for _, w := range s.order {
-		if e := s.entries[w.key]; e.seq == w.seq && !e.deleted {
-			current = append(current, Event{Op: OpPut, Key: w.key, Value: clone(e.value),
-				Revision: Revision{Epoch: epoch, Seq: w.seq}, Time: e.time})
+		if e := s.entries[w.key]; e.seq == w.seq {
+			ev := Event{Op: OpPut, Key: w.key, Value: clone(e.value), Revision: Revision{Epoch: epoch, Seq: w.seq}, Time: e.time}
+			if e.deleted {
+				ev.Op, ev.Value = OpDelete, nil
+			}
+			current = append(current, ev)
 		}
 	}
 	s.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 func TestSharedMemory(t *testing.T) {
 	kvtest.Run(t, func(*testing.T) kvtest.Store { return kv.NewSharedMemory(kv.SharedMemoryOptions{}) })
 	kvtest.RunShared(t, func(*testing.T) kvtest.Shared { return kv.NewSharedMemory(kv.SharedMemoryOptions{}) })
+	kvtest.RunAsync(t, func(*testing.T) kvtest.AsyncShared { return kv.NewSharedMemory(kv.SharedMemoryOptions{}) })
 }
 
 func TestSharedMemoryStampsEventsWithItsClock(t *testing.T) {

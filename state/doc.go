@@ -109,6 +109,28 @@
 // report of a node supersedes an earlier one that failed: each node's key
 // holds its last write. MergeFlows is Submit, then the outcome.
 //
+// Every node-key write is conditional on the key's last write as this
+// worker knows it (kv.AsyncPutter; on the bucket, the header
+// Nats-Expected-Last-Subject-Sequence): the key's last write that the watch
+// delivered in the epoch, a deletion or a write left out of the epoch
+// included (0 for a key not written in it), or this worker's own last
+// write of the node once the store has stored it, whichever is later. So
+// a write that waited (in a stalled link, or with a stream leader that
+// died) and was answered unavailable cannot land after a later write of
+// its node: the store refuses it. A report of a node whose previous write
+// from this worker the store has not answered yet is sent once that answer
+// has come, conditioned on its revision if it was stored (on what the
+// watch knows otherwise, so that at most one of the two lands); reports of
+// other nodes do not wait for it, and answers still come in the order of
+// the reports. A write the store refuses is answered ErrConflict, which
+// wraps kv.ErrUnavailable: nothing was stored (the node's key had a later
+// write: its report through another worker that this worker's watch had
+// not applied yet, or this worker's own write of unknown outcome), and the
+// node's next report, conditioned on what the watch applied by then,
+// settles it. What the condition cannot catch is a report that reaches
+// this worker after a later report of its node was stored: the README
+// says how long a NATS link may hold one.
+//
 // The path of one acknowledged report crosses three goroutines and three
 // channels, each for a reason:
 //
@@ -119,7 +141,8 @@
 //     (the JetStream store's free channel, which bounds the puts whose
 //     answer is awaited);
 //   - the goroutine of the store's answers (onStored) records the write's
-//     sequence number;
+//     sequence number, and sends the write of the same node chained after
+//     it, if any;
 //   - the watch's goroutine (onEvent) applies the write: it finds this
 //     worker's report by that sequence number and applies the flows it
 //     kept, without decoding the bytes it wrote (those are decoded only

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -19,8 +18,8 @@ import (
 //
 //   - onEvent: the watch delivered an event: a node's value or deletion, a
 //     reset, the end of the store's content;
-//   - Submit and Refuse: this worker was given a report;
-//   - onStored: the store answered the write of a report;
+//   - Submit and Refuse: this worker was given a report (replica_submit.go);
+//   - onStored: the store answered the write of a report (replica_submit.go);
 //   - onTick: the clock ticked (a write the watch is late to apply);
 //   - stop: Run ends (replica_run.go).
 //
@@ -86,6 +85,9 @@ type Replica struct {
 	deltas deltas  // what Delta handed out
 	wait   waiters // Sync, WaitLoaded, Drain and EvictSilent waiting for the watch
 	clock  uint64  // ticks of the clock (onTick), for the deadlines of writes
+	// conflicts counts the reports whose write the store refused
+	// (ErrConflict).
+	conflicts uint64
 }
 
 // watched is what the watch applied in the current epoch.
@@ -96,6 +98,7 @@ type watched struct {
 	nodeWrite  uint64              // the last node-key write applied
 	agg        *Aggregate          // every node's last value, by the rule
 	nodes      map[uint64]nodeSeen // per node of agg
+	keys       map[uint64]uint64   // per node, its key's last write delivered in the epoch, a deletion included: a write's condition
 	refused    refusals            // what the rule refused, since Run began
 	flows      []flowstate.Flow    // scratch: the value being applied
 }
@@ -167,6 +170,7 @@ func (r *Replica) resetLocked(epoch string, start uint64) {
 	w.epoch, w.epochStart = epoch, start
 	w.agg.Reset()
 	clear(w.nodes)
+	clear(w.keys)
 	w.delivered, w.nodeWrite = 0, 0
 	r.writes.behind, r.writes.passed = 0, 0
 }
@@ -183,8 +187,21 @@ func (r *Replica) writeLocked(ev kv.Event) bool {
 		r.freezeLocked()
 	}
 	w.delivered = seq
-	if strings.HasPrefix(ev.Key, flowstate.NodeKeyPrefix) && seq > w.epochStart {
-		r.applyNodeLocked(ev)
+	if strings.HasPrefix(ev.Key, flowstate.NodeKeyPrefix) {
+		id, ok := flowstate.NodeOfKey(ev.Key)
+		if ok {
+			// Every write of the key counts for the condition of the next
+			// one, those left out of the epoch's state too: the store
+			// compares with the key's last write, whatever it was.
+			w.keys[id] = seq
+		}
+		switch {
+		case seq <= w.epochStart:
+		case ok:
+			r.applyNodeLocked(id, ev)
+		default:
+			r.refuseLocked(RefusedKey, ev, nil)
+		}
 	}
 	if ev.Exact && r.phase != loading {
 		return r.settleLocked()
@@ -192,24 +209,19 @@ func (r *Replica) writeLocked(ev kv.Event) bool {
 	return false
 }
 
-// applyNodeLocked applies a write of a node's key by the rule that depends
-// on the value alone, the same in every worker, whether it follows the
-// store live or loads it, for its own writes and the others'
+// applyNodeLocked applies a write of node id's key by the rule that
+// depends on the value alone, the same in every worker, whether it follows
+// the store live or loads it, for its own writes and the others'
 // (PROTOCOL.md, "What a worker applies from a shared store"): a
 // FlowStateValue by serde_json's rules that names at most MaxReportFlows
 // flows is the node's report; anything else is no value, and the node is
-// absent as if its key were deleted. A key whose node token is not
-// canonical is ignored.
-func (r *Replica) applyNodeLocked(ev kv.Event) {
+// absent as if its key were deleted. (A key whose node token is not
+// canonical is ignored: writeLocked.)
+func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	w := &r.watch
-	id, ok := flowstate.NodeOfKey(ev.Key)
-	if !ok {
-		r.refuseLocked(RefusedKey, ev, nil)
-		return
-	}
 	w.nodeWrite = ev.Revision.Seq
 	var flows []flowstate.Flow
-	ok = ev.Op == kv.OpPut
+	ok := ev.Op == kv.OpPut
 	if ok {
 		flows, ok = r.valueLocked(id, ev)
 	}
@@ -291,72 +303,6 @@ func (r *Replica) settleLocked() bool {
 		s.changeAt = s.revision
 	}
 	return changed
-}
-
-// Submit takes a node's report (flows sorted by ID, each ID once) and
-// sends its write to the node's key without waiting for the store; c is
-// told the outcome, once, in the order of the Submit and Refuse calls: the
-// result once the write is stored and this worker's watch has applied it
-// (so that a get on this worker sees it), or why not: ErrUnsortedFlows, a
-// *CapacityError if it would take the state past ReplicaOptions.Limits by
-// what the watch applied and this worker's writes in flight (nothing
-// written then), an error wrapping kv.ErrUnavailable if the store did not
-// take it, its outcome is unknown, or the watch did not apply it within
-// ApplyTimeout, ErrStoreCleared if the store was wiped meanwhile. Submit
-// blocks while Window reports wait for their answers, until ctx ends: it
-// then returns ctx's error, and c is not called. flows is not retained.
-func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow, c Completion) error {
-	if err := r.takeTurn(ctx); err != nil {
-		return err
-	}
-	r.submitMu.Lock()
-	defer r.submitMu.Unlock()
-	r.mu.Lock()
-	e := r.writes.push(r, c)
-	if err := r.admitLocked(nodeID, flows); err != nil {
-		e.fail(err)
-		r.completeLocked()
-		return nil
-	}
-	e.node, e.epoch, e.delivered, e.rev = nodeID, r.watch.epoch, r.watch.delivered, r.served.revision
-	r.writes.keepLocked(e, flows, r.opts.Limits.MaxFlows > 0, r.watch.agg)
-	r.mu.Unlock()
-
-	r.enc = flowstate.AppendJSON(r.enc[:0], flows)
-	if err := r.store.PutAsync(ctx, flowstate.NodeKey(nodeID), r.enc, e.stored); err != nil {
-		r.onStored(e, kv.Revision{}, err)
-	}
-	return nil
-}
-
-// Refuse answers c with err, a report refused before Submit (it does not
-// decode), in its turn after the reports given before it, as Submit does.
-func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
-	if err := r.takeTurn(ctx); err != nil {
-		return err
-	}
-	r.submitMu.Lock()
-	defer r.submitMu.Unlock()
-	r.mu.Lock()
-	r.writes.push(r, c).fail(err)
-	r.completeLocked()
-	return nil
-}
-
-// onStored is the store's answer to the write of e.
-func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
-	r.mu.Lock()
-	e.acked = true
-	if err != nil && e.err == nil {
-		e.err = fmt.Errorf("state: store report of node %d: %w", e.node, err)
-	}
-	if err == nil {
-		e.seq, e.deadline = rev.Seq, r.clock+applyTicks
-	}
-	if e.done {
-		r.writes.recycle(e) // answered already (Drain or stop): nothing more to do
-	}
-	r.completeLocked()
 }
 
 // onTick moves the clock on: a write the watch has not applied by its

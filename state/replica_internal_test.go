@@ -186,6 +186,10 @@ func TestReplicaLeavesOutWritesBeforeTheEpochBegan(t *testing.T) {
 	got, rev := servedNow(t, f)
 	assert.Equal(t, map[flowstate.FlowID]int64{2: 20}, got)
 	assert.Equal(t, uint64(6), rev)
+	f.mu.Lock()
+	cond := f.condLocked(1)
+	f.mu.Unlock()
+	assert.Equal(t, uint64(4), cond, "a node write left out of the epoch is still its key's last write, which the store compares with")
 
 	f.onEvent(put(1, 7, true, 30))
 	got, rev = servedNow(t, f)

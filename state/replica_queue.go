@@ -34,6 +34,13 @@ type write struct {
 	err      error  // why it is not acknowledged
 	done     bool   // answered (its Completion called, or about to be)
 
+	// A write of a node whose previous write from this worker is not
+	// answered yet waits for that answer: next links them, and the one
+	// that waits keeps its value until it is sent (onStored).
+	next    *write // the write of the same node chained after this one
+	chained bool   // sent once the write before it was answered: out of the queue's order
+	value   []byte // a chained write's value, until it is sent
+
 	stored func(kv.Revision, error) // the store's callback (onStored of this write), made once
 }
 
@@ -57,6 +64,10 @@ type queue struct {
 	// behind is a write whose watch was late: until the watch reaches it,
 	// reports are refused at once.
 	behind uint64
+
+	// lastOf is each node's last write in the queue: a write of the node
+	// submitted while the store has not answered it is chained after it.
+	lastOf map[uint64]*write
 }
 
 // answer is a Completion to call.
@@ -67,7 +78,7 @@ type answer struct {
 }
 
 func newQueue(window int) queue {
-	return queue{ring: make([]*write, window), newNodes: make(map[uint64]int)}
+	return queue{ring: make([]*write, window), newNodes: make(map[uint64]int), lastOf: make(map[uint64]*write)}
 }
 
 func (q *queue) head() *write { return q.ring[q.first] }
@@ -95,6 +106,9 @@ func (q *queue) pop() {
 	q.len--
 	q.passed = max(q.passed-1, 0)
 	e.done = true
+	if q.lastOf[e.node] == e {
+		delete(q.lastOf, e.node)
+	}
 	q.flowsInFlight -= e.counted
 	if e.isNew {
 		if q.newNodes[e.node]--; q.newNodes[e.node] <= 0 {
@@ -113,6 +127,19 @@ func (q *queue) recycle(e *write) {
 	flows := e.flows[:0]
 	*e = write{stored: stored, flows: flows}
 	q.free = append(q.free, e)
+}
+
+// chainLocked makes e, admitted, the node's last write, and chains it
+// after the node's write before it if the store has not answered that one
+// yet: true if e is to wait for it.
+func (q *queue) chainLocked(e *write) bool {
+	prev := q.lastOf[e.node]
+	q.lastOf[e.node] = e
+	if prev == nil || prev.acked {
+		return false
+	}
+	prev.next, e.chained = e, true
+	return true
 }
 
 // fail answers e with err at its turn, before or instead of its write.
@@ -205,8 +232,9 @@ func (q *queue) nodeApplied(id uint64) {
 // ownLocked returns this worker's write of node id in epoch stored at seq,
 // if the store's answer to it has come, or nil: the watch applies its
 // report without a decode. Writes queue in the order the store takes them
-// and the watch delivers writes in that order, so the search starts after
-// the writes the watch has gone past and stops at the first later one.
+// (but for chained ones, sent later) and the watch delivers writes in that
+// order, so the search starts after the writes the watch has gone past and
+// stops at the first later one that was not chained.
 func (q *queue) ownLocked(epoch string, id, seq uint64) *write {
 	for i := q.passed; i < q.len; i++ {
 		e := q.ring[(q.first+i)%len(q.ring)]
@@ -217,6 +245,8 @@ func (q *queue) ownLocked(epoch string, id, seq uint64) *write {
 		switch {
 		case e.err != nil || e.seq == 0 || e.epoch != epoch:
 			continue // refused, not stored (yet), or another epoch's
+		case e.seq > seq && e.chained:
+			continue // sent after writes queued behind it
 		case e.seq > seq:
 			return nil
 		case e.seq == seq && e.node == id:

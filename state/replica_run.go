@@ -97,18 +97,12 @@ func (o ReplicaOptions) withDefaults() ReplicaOptions {
 }
 
 // Store is what a Replica needs of the shared store: kv.Shared, and puts
-// that do not wait for the store (the JetStream store's; kv.SharedMemory
-// answers before it returns).
+// that do not wait for the store (kv.AsyncPutter: the JetStream store's;
+// kv.SharedMemory answers before it returns). It must take at least
+// ReplicaOptions.Window puts in flight.
 type Store interface {
 	kv.Shared
-	// PutAsync sends a put of key and calls done once, from any goroutine,
-	// with the write's revision, or an error wrapping kv.ErrUnavailable
-	// when it was not stored or its outcome is unknown. Puts are stored in
-	// the order of the calls, never retried, and done comes within a
-	// bounded time. PutAsync may block while too many puts are in flight,
-	// until ctx ends. When it returns an error, nothing was sent and done
-	// is not called. value is not retained once PutAsync has returned.
-	PutAsync(ctx context.Context, key string, value []byte, done func(kv.Revision, error)) error
+	kv.AsyncPutter
 }
 
 // NewReplica returns a Replica of store. It does no I/O and starts nothing:
@@ -127,7 +121,7 @@ func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 		kick:    make(chan struct{}, 1),
 		changes: make(chan struct{}, 1),
 		window:  make(chan struct{}, opts.Window),
-		watch:   watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), refused: make(refusals)},
+		watch:   watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), keys: make(map[uint64]uint64), refused: make(refusals)},
 		// At most 10 lines a second: a store full of junk is one outsider's write away.
 		refuseLog: throttle.New(10, time.Second),
 		writes:    newQueue(opts.Window),

@@ -30,6 +30,7 @@ type statsCollector struct {
 	aggregateBytes                     *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
 	storeRefused, aggregateKeyCurrent  *prometheus.Desc
+	writeConflicts                     *prometheus.Desc
 	aggregateJSONBytes                 *prometheus.Desc
 	ready, disconnects, slowDropped    *prometheus.Desc
 	deltas, deltaResyncs, deltaBytes   *prometheus.Desc
@@ -69,6 +70,7 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		aggregateKeyCurrent: d("aggregate_key_current", "On the publisher of a shared bucket (--kv jetstream): 1 while __flow/state holds the aggregate, 0 while it is deleted because the aggregate's JSON does not fit the connection's max payload."),
 		aggregateJSONBytes:  d("aggregate_json_bytes", "On the publisher of a shared bucket (--kv jetstream): the size of the aggregate's JSON (the value of __flow/state) at its last write, whether it fit or not."),
 		storeRefused:        d("store_refused_total", "Values of the shared bucket applied as no value (the node absent), by reason: invalid (not a FlowStateValue), too_many_flows (past --max-flows); and keys under the node prefix ignored: key (--kv jetstream).", "reason"),
+		writeConflicts:      d("node_write_conflicts_total", "Reports answered 503 because the bucket refused their node-key write: the node's key had a later write than this worker had applied when it sent it (the node's report through another worker, or a write of this worker whose outcome was unknown); nothing was stored (--kv jetstream)."),
 		ready:               d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
 		disconnects:         d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
 		deltas:              d("deltas_published_total", "Deltas published on the delta subject (protocol v2), resync deltas included."),
@@ -154,6 +156,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.aggregateKeyCurrent, bit(current))
 			gauge(c.aggregateJSONBytes, float64(jsonBytes))
 		}
+		counter(c.writeConflicts, c.mgr.Conflicts())
 		refused := c.mgr.StoreRefusals()
 		for _, reason := range []string{state.RefusedInvalid, state.RefusedTooManyFlows, state.RefusedKey} {
 			counter(c.storeRefused, refused[reason], reason)

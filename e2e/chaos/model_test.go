@@ -439,10 +439,13 @@ func partition(h []porcupine.Operation) [][]porcupine.Operation {
 // A report of unknown outcome (a timeout or a 5xx) may take effect within
 // lag of its invocation, or later, but before the first report that was
 // invoked after its answer (or its timeout) is acked, or never. That is
-// the promise "changes nothing or is superseded", and what the stream
-// guarantees: a write the stream leader took but did not commit before it
-// died is committed by the next leader before anything that leader stores,
-// or never; a JetStream outage can make that much longer than lag.
+// the README's contract ("What a flownode can rely on"): a report that a
+// stalled link held may be applied as long as the link held it, even after
+// a later acked report of its node (lag is above the longest partition of
+// the nemesis, and a server closes a link silent for longer); and a write
+// the stream leader took but did not commit before it died is committed by
+// the next leader before anything that leader stores, or never (a
+// JetStream outage can make that much longer than lag).
 func operations(ops []op, lag int64) ([]porcupine.Operation, []pendingOp) {
 	var h []porcupine.Operation
 	var table []pendingOp

@@ -24,7 +24,7 @@ import (
 
 const (
 	requestTimeout = 4 * time.Second  // a client's request
-	lag            = 10 * time.Second // an unanswered report takes effect within this of its invocation, or never
+	lag            = 10 * time.Second // an unanswered report takes effect within this of its invocation (partitions hold a message 8 s at most), or never
 	quiet          = 2 * time.Second  // clients go on after the nemesis stops
 	convergeWithin = 60 * time.Second // the final gets agree
 	finalGets      = 30               // equal gets in a row that end a run

@@ -52,11 +52,16 @@ type systemConfig struct {
 	// on, if set, pins each worker to one server: worker w reaches server
 	// on[w] only (through its proxy); there are len(on) workers.
 	on []int
+	// serverConfig is the servers' configuration file;
+	// proctest.WorkerServerConfig (the README's) if empty.
+	serverConfig string
 }
 
 // startJetStreamSystem runs three clustered nats-servers with JetStream,
-// routed through proxies, and workers sharing an R3 file-storage bucket,
-// each reaching each server through a proxy of its own.
+// routed through proxies, with the README's configuration for the servers
+// of workers (unless cfg says otherwise), and workers sharing an R3
+// file-storage bucket, each reaching each server through a proxy of its
+// own.
 func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *system {
 	t.Helper()
 	s := &system{jetstream: true, clock: clock, clockDir: t.TempDir()}
@@ -66,8 +71,12 @@ func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *s
 		dirs[cfg.diskServer] = s.disk.dir
 		s.disk.server = cfg.diskServer
 	}
+	conf := cfg.serverConfig
+	if conf == "" {
+		conf = proctest.WorkerServerConfig
+	}
 	cl, err := proctest.StartCluster(proctest.ClusterSpec{Path: bin.natsServer, Name: "chaos", Proxied: true,
-		StoreDir: func(i int) string { return dirs[i] }, Keep: logKeep})
+		StoreDir: func(i int) string { return dirs[i] }, Keep: logKeep, Config: conf, Monitor: true})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if err := cl.Close(); err != nil {

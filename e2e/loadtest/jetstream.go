@@ -42,6 +42,9 @@ type ackedResult struct {
 	res   loadgen.Result
 	check aggCheck
 	cpu   time.Duration // the workers' user+system CPU time while the reports were sent
+	// conflicts are the reports the workers answered 503 because the
+	// bucket refused their node-key write's condition (their /metrics).
+	conflicts uint64
 }
 
 // cpuPerAck returns the workers' CPU µs per acknowledged report.
@@ -63,6 +66,7 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 		defer func() { err = errors.Join(err, stop()) }()
 	}
 	var pids []int
+	var workers []*workerProc
 	for range b.workers {
 		w, err := startWorker(ctx, lt.bins.Worker, strings.Join(urls, ","), b.workerArgs...)
 		if err != nil {
@@ -70,6 +74,7 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 		}
 		defer func() { err = errors.Join(err, lt.stopWorker(w)) }()
 		pids = append(pids, w.pid())
+		workers = append(workers, w)
 	}
 	nc, err := connect(urls[0], "loadtest-acked")
 	if err != nil {
@@ -93,6 +98,13 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 	r.cpu = cpu1 - cpu0
 	if err := ctx.Err(); err != nil {
 		return r, err
+	}
+	for _, w := range workers {
+		c, err := scrape(ctx, w.metricsAddr)
+		if err != nil {
+			return r, err
+		}
+		r.conflicts += c.conflicts
 	}
 	r.check, err = checkAggregate(ctx, g, 0)
 	return r, err
@@ -174,13 +186,30 @@ func ackedTargets(find func(string) []runResult) []target {
 			p99 := over(runs, ackP99)
 			met := ratio.med >= tc.min && (tc.p99 == 0 || p99.med < tc.p99.Seconds())
 			t.verdict = verdict(met, ratio, tc.min)
-			t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; ack p99 %s (%s..%s); exact in %d of %d runs",
+			failed, conflicts := over(runs, failedReports), over(runs, conflictReports)
+			t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s; ack p99 %s (%s..%s); exact in %d of %d runs; reports failed %.0f (%.0f..%.0f), refused by their write's condition %.0f (%.0f..%.0f)",
 				ratio.med, ratio.min, ratio.max, count(js.med), count(m.med), durF(p99.med), durF(p99.min), durF(p99.max),
-				exactRuns(runs), len(runs))
+				exactRuns(runs), len(runs), failed.med, failed.min, failed.max, conflicts.med, conflicts.min, conflicts.max)
 		}
 		out = append(out, t)
 	}
 	return out
+}
+
+// failedReports and conflictReports are an acked run's reports that were
+// not acked, and those of them refused by their write's condition.
+var (
+	failedReports   = ackedMetric(func(r ackedResult) float64 { return float64(r.res.Failed) })
+	conflictReports = ackedMetric(func(r ackedResult) float64 { return float64(r.conflicts) })
+)
+
+func ackedMetric(f func(ackedResult) float64) func(runResult) float64 {
+	return func(r runResult) float64 {
+		if r.acked == nil {
+			return nan
+		}
+		return f(*r.acked)
+	}
 }
 
 // exactRuns counts the runs whose final aggregate was checked exact.

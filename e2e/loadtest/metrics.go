@@ -19,6 +19,7 @@ type counters struct {
 	publishErrors uint64 // flowstate_publish_errors_total
 	reconnects    uint64 // flowstate_nats_reconnects_total
 	chunksSent    uint64 // flowstate_chunks_sent_total
+	conflicts     uint64 // flowstate_node_write_conflicts_total
 
 	heapInuse uint64 // go_memstats_heap_inuse_bytes, a gauge
 }
@@ -33,6 +34,7 @@ func (c counters) sub(b counters) counters {
 		publishErrors: c.publishErrors - b.publishErrors,
 		reconnects:    c.reconnects - b.reconnects,
 		chunksSent:    c.chunksSent - b.chunksSent,
+		conflicts:     c.conflicts - b.conflicts,
 		heapInuse:     c.heapInuse,
 	}
 }
@@ -62,6 +64,7 @@ func scrape(ctx context.Context, addr string) (counters, error) {
 	fields["flowstate_publish_errors_total"] = &c.publishErrors
 	fields["flowstate_nats_reconnects_total"] = &c.reconnects
 	fields["flowstate_chunks_sent_total"] = &c.chunksSent
+	fields["flowstate_node_write_conflicts_total"] = &c.conflicts
 	fields["go_memstats_heap_inuse_bytes"] = &c.heapInuse
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(resp.Body)

@@ -2,8 +2,13 @@ package proctest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +38,12 @@ type ClusterSpec struct {
 	// per pair: Link). The servers advertise no client URLs, so that
 	// clients given proxies (ClientProxy) use nothing else.
 	Proxied bool
+	// Monitor gives every server a monitoring port (-m), for RoutePeers.
+	Monitor bool
+	// Config, if not empty, is a nats-server configuration file that every
+	// server reads (-c) before its command-line arguments, which win: for
+	// example WorkerServerConfig.
+	Config string
 	// Args returns more arguments for server i (nil: none).
 	Args func(i int) []string
 	Keep int // bytes of each server's output kept (0: all)
@@ -40,11 +51,23 @@ type ClusterSpec struct {
 	OwnGroup bool
 }
 
+// WorkerServerConfig is the nats-server configuration the README
+// recommends for the servers of workers: a route that answers no ping is
+// closed within (ping_max+1) x ping_interval of going silent (15 s), a
+// client within one interval more (20 s), and one whose socket takes
+// nothing for write_deadline at once; what it held is dropped.
+const WorkerServerConfig = `ping_interval: "5s"
+ping_max: 2
+write_deadline: "10s"
+`
+
 // Cluster is N nats-servers with JetStream, routed to each other on
 // loopback; server i is named s<i>.
 type Cluster struct {
 	Servers []*Server
 	links   map[[2]int]*Link
+	confDir string // where Config was written; removed by Close
+	monitor []int  // each server's monitoring port, if ClusterSpec.Monitor
 
 	mu      sync.Mutex // guards proxies
 	proxies []*netfault.Proxy
@@ -91,6 +114,19 @@ func (c *Cluster) start(spec ClusterSpec) error {
 			c.links[[2]int{i, j}] = &Link{A: i, B: j, ab: ab, ba: ba}
 		}
 	}
+	var conf []string
+	if spec.Config != "" {
+		dir, err := os.MkdirTemp("", "proctest-cluster-")
+		if err != nil {
+			return err
+		}
+		c.confDir = dir
+		path := filepath.Join(dir, "server.conf")
+		if err := os.WriteFile(path, []byte(spec.Config), 0o600); err != nil {
+			return err
+		}
+		conf = []string{"-c", path}
+	}
 	for i := range spec.N {
 		var routes []string
 		for j := range spec.N {
@@ -104,13 +140,21 @@ func (c *Cluster) start(spec ClusterSpec) error {
 				routes = append(routes, "nats://"+listen[j])
 			}
 		}
-		args := []string{"-js", "-sd", spec.StoreDir(i), "-n", fmt.Sprintf("s%d", i),
-			"--cluster_name", spec.Name, "--cluster", "nats://" + listen[i]}
+		args := append(slices.Clone(conf), "-js", "-sd", spec.StoreDir(i), "-n", fmt.Sprintf("s%d", i),
+			"--cluster_name", spec.Name, "--cluster", "nats://"+listen[i])
 		if len(routes) > 0 {
 			args = append(args, "--routes", strings.Join(routes, ","))
 		}
 		if spec.Proxied {
 			args = append(args, "--no_advertise", "--cluster_advertise", deadClusterAddr)
+		}
+		if spec.Monitor {
+			port, err := FreePort()
+			if err != nil {
+				return err
+			}
+			c.monitor = append(c.monitor, port)
+			args = append(args, "-m", strconv.Itoa(port))
 		}
 		if spec.Args != nil {
 			args = append(args, spec.Args(i)...)
@@ -149,6 +193,53 @@ func (c *Cluster) URLs() []string {
 // if the cluster is not proxied.
 func (c *Cluster) Route(i, j int) *Link {
 	return c.links[[2]int{min(i, j), max(i, j)}]
+}
+
+// RoutePeers returns the names of the servers that server i has at least
+// one route connection to, sorted, from its monitoring port (the cluster
+// must have been started with Monitor).
+func (c *Cluster) RoutePeers(i int) ([]string, error) {
+	if i >= len(c.monitor) {
+		return nil, fmt.Errorf("proctest: server s%d has no monitoring port: start the cluster with Monitor", i)
+	}
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(c.monitor[i]) + "/routez")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var rz struct {
+		Routes []struct {
+			RemoteName string `json:"remote_name"`
+		} `json:"routes"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&rz); err != nil {
+		return nil, fmt.Errorf("proctest: /routez of s%d: %w", i, err)
+	}
+	var out []string
+	for _, r := range rz.Routes {
+		if !slices.Contains(out, r.RemoteName) {
+			out = append(out, r.RemoteName)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// AwaitRoutePeers waits, up to timeout, until server i's routes lead to
+// exactly the servers want (RoutePeers).
+func (c *Cluster) AwaitRoutePeers(i int, want []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err := c.RoutePeers(i)
+		if err == nil && slices.Equal(got, want) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("proctest: routes of s%d: want %v, got %v (%v) after %v", i, want, got, err, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // ClientProxy starts a proxy to server i's client port, which Close
@@ -227,6 +318,9 @@ func (c *Cluster) Close() error {
 	c.mu.Unlock()
 	for _, p := range proxies {
 		errs = append(errs, p.Close())
+	}
+	if c.confDir != "" {
+		errs = append(errs, os.RemoveAll(c.confDir))
 	}
 	return errors.Join(errs...)
 }

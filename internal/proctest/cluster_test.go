@@ -1,11 +1,7 @@
 package proctest
 
 import (
-	"encoding/json"
-	"net/http"
 	"regexp"
-	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,40 +9,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// routePeers returns the names of the servers that server s (monitoring
-// on port mon) has a route to.
-func routePeers(t testing.TB, mon int) []string {
+func awaitPeers(t testing.TB, c *Cluster, i int, want ...string) {
 	t.Helper()
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(mon) + "/routez")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var rz struct {
-		Routes []struct {
-			RemoteName string `json:"remote_name"`
-		} `json:"routes"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rz))
-	var out []string
-	for _, r := range rz.Routes {
-		if !slices.Contains(out, r.RemoteName) {
-			out = append(out, r.RemoteName)
-		}
-	}
-	slices.Sort(out)
-	return out
+	require.NoError(t, c.AwaitRoutePeers(i, want, 30*time.Second))
 }
 
-func awaitPeers(t testing.TB, mon int, want ...string) {
+// startMeshed starts a proxied, monitored cluster of three servers with the
+// configuration conf and waits until each has its routes to the others.
+func startMeshed(t *testing.T, conf string) *Cluster {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := routePeers(t, mon)
-		if slices.Equal(got, want) {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "routes of the server monitored on %d: want %v, got %v", mon, want, got)
-		time.Sleep(50 * time.Millisecond)
-	}
+	c, err := StartCluster(ClusterSpec{Path: natsServer, Proxied: true, Name: "meshed", Monitor: true, Config: conf,
+		StoreDir: func(int) string { return t.TempDir() }})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	require.NoError(t, c.AwaitJetStream(30*time.Second))
+	awaitPeers(t, c, 0, "s1", "s2")
+	awaitPeers(t, c, 1, "s0", "s2")
+	return c
 }
 
 // In a proxied cluster every route goes through its proxy: cutting the
@@ -54,41 +33,47 @@ func awaitPeers(t testing.TB, mon int, want ...string) {
 // through a third one (s2 tells s1 about s0 once s0's route to s2 is back)
 // does not open a route of its own to it.
 func TestProxiedClusterHasNoRouteAroundItsProxies(t *testing.T) {
-	mon := make([]int, 3)
-	for i := range mon {
-		port, err := FreePort()
-		require.NoError(t, err)
-		mon[i] = port
-	}
-	c, err := StartCluster(ClusterSpec{Path: natsServer, Proxied: true, Name: "proxied",
-		StoreDir: func(int) string { return t.TempDir() },
-		Args:     func(i int) []string { return []string{"-m", strconv.Itoa(mon[i])} }})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, c.Close()) })
-	require.NoError(t, c.AwaitJetStream(30*time.Second))
-	awaitPeers(t, mon[0], "s1", "s2")
-	awaitPeers(t, mon[1], "s0", "s2")
+	c := startMeshed(t, "")
 
 	for _, l := range [][2]int{{0, 1}, {0, 2}, {1, 2}} {
 		c.Route(l[0], l[1]).Cut()
 	}
 	for i := range 3 {
-		awaitPeers(t, mon[i])
+		awaitPeers(t, c, i)
 	}
 
 	c.Route(1, 2).Heal()
-	awaitPeers(t, mon[1], "s2")
+	awaitPeers(t, c, 1, "s2")
 	c.Route(0, 2).Heal()
-	awaitPeers(t, mon[2], "s0", "s1")
+	awaitPeers(t, c, 2, "s0", "s1")
 	// s2 gossips s0 to s1, which tries the address s0 advertises, once.
-	_, err = c.Servers[1].AwaitOutput(regexp.MustCompile(`(?i)error trying to connect to route.*127\.0\.0\.1:1\b`), 30*time.Second)
+	_, err := c.Servers[1].AwaitOutput(regexp.MustCompile(`(?i)error trying to connect to route.*127\.0\.0\.1:1\b`), 30*time.Second)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"s2"}, routePeers(t, mon[1]), "s1 has no route to s0 while their proxy is cut")
+	peers, err := c.RoutePeers(1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"s2"}, peers, "s1 has no route to s0 while their proxy is cut")
 
 	c.Route(0, 1).Heal()
-	awaitPeers(t, mon[1], "s0", "s2")
+	awaitPeers(t, c, 1, "s0", "s2")
 
 	p, err := c.ClientProxy(1)
 	require.NoError(t, err)
 	assert.Equal(t, c.Servers[1].URL, "nats://"+p.Target())
+}
+
+// With the README's settings for the servers of workers (here ten times
+// faster), both ends close a route that stalls, as they do a client that
+// answers no ping, and it comes back once it flows again.
+func TestClusterConfigClosesAStalledRoute(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	c := startMeshed(t, "ping_interval: \"500ms\"\nping_max: 2\nwrite_deadline: \"1s\"\n")
+
+	c.Route(0, 1).Stall()
+	stalled := time.Now()
+	awaitPeers(t, c, 0, "s2")
+	awaitPeers(t, c, 1, "s2")
+	closed := time.Since(stalled)
+	t.Logf("both ends closed the stalled route after %v (ping_interval %v, ping_max 2)", closed.Round(time.Millisecond), interval)
+	c.Route(0, 1).Heal()
+	awaitPeers(t, c, 0, "s1", "s2")
 }

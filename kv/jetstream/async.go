@@ -95,11 +95,11 @@ func (a *asyncPuts) replyOf(slot int, gen uint64) string {
 	return a.prefix + strconv.Itoa(slot) + "." + strconv.FormatUint(gen, 10)
 }
 
-// put publishes value on subject as the put of key, answered by done. It
-// blocks while the window is full, until ctx ends; check runs once a slot
-// is free, and an error from it fails the put before it is sent. An error
-// returned means done will not be called.
-func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, check func() error, done func(kv.Revision, error)) error {
+// put publishes value on subject as the put of key, with the headers hdr
+// (nil: none), answered by done. It blocks while the window is full, until
+// ctx ends; check runs once a slot is free, and an error from it fails the
+// put before it is sent. An error returned means done will not be called.
+func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, hdr nats.Header, check func() error, done func(kv.Revision, error)) error {
 	var slot int32
 	select {
 	case slot = <-a.free:
@@ -120,7 +120,13 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 	p.busy, p.key, p.done, p.deadline = true, key, done, time.Now().Add(a.timeout)
 	reply, gen := p.reply, p.gen
 	a.mu.Unlock()
-	if err := a.nc.PublishRequest(subject, reply, value); err != nil {
+	var err error
+	if hdr == nil {
+		err = a.nc.PublishRequest(subject, reply, value)
+	} else {
+		err = a.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: value})
+	}
+	if err != nil {
 		if _, d := a.take(slot, gen, true); d == nil {
 			return nil // answered meanwhile (the connection was lost)
 		}
@@ -169,6 +175,10 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	}
 	a.free <- slot
 	seq, err := pubAckSeq(m)
+	if err != nil && isWrongLastSequence(err) {
+		done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err))
+		return
+	}
 	if err != nil {
 		// Whatever the error (no stream, an error from the server), the
 		// write is not stored: the caller answers that it is unavailable.
@@ -279,21 +289,35 @@ func (a *asyncPuts) close() {
 	a.fail(a.endAll(nil, func(*putSlot) bool { return true }), errStoreClosed, false)
 }
 
-// PutAsync is the put that a state.Replica sends: it publishes a put of
-// key to the bucket's stream and calls done with the stream's answer,
-// within OpTimeout. At most Window puts are in flight: it blocks past that, until
-// ctx ends. Nothing is published while the connection is down or while a
-// probe has not found JetStream back (the error wraps kv.ErrUnavailable):
-// the client's reconnect buffer would store such a put later, after the
+// PutAsync implements kv.AsyncPutter; it is the put that a state.Replica
+// sends: it publishes a put of key to the bucket's stream, under cond
+// (the headers Nats-Expected-Last-Subject-Sequence, and
+// Nats-Expected-Last-Subject-Sequence-Subject for another key's), and
+// calls done with the stream's answer, within OpTimeout; the stream's
+// refusal of cond (wrong last sequence) wraps kv.ErrRevisionMismatch. At
+// most Window puts are in flight: it blocks past that, until ctx ends.
+// Nothing is published while the connection is down or while a probe has
+// not found JetStream back (the error wraps kv.ErrUnavailable): the
+// client's reconnect buffer would store such a put later, after the
 // caller was told it failed.
-func (s *Store) PutAsync(ctx context.Context, key string, value []byte, done func(kv.Revision, error)) error {
+func (s *Store) PutAsync(ctx context.Context, key string, value []byte, cond kv.Condition, done func(kv.Revision, error)) error {
 	if !validKey(key) {
 		return fmt.Errorf("jetstream: put %s: invalid key", key)
 	}
 	if key == s.cfg.EpochKey || key == s.cfg.ProbeKey {
 		return fmt.Errorf("jetstream: put %s: the key is reserved by the store", key)
 	}
-	err := s.async.put(ctx, s.subject(key), key, value, s.writable, done)
+	var hdr nats.Header
+	if cond != kv.NoCondition {
+		if !validKey(cond.Key) {
+			return fmt.Errorf("jetstream: put %s: invalid condition key %q", key, cond.Key)
+		}
+		hdr = nats.Header{natsjs.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(cond.Revision, 10)}}
+		if cond.Key != key {
+			hdr[natsjs.ExpectedLastSubjSeqSubjHeader] = []string{s.subject(cond.Key)}
+		}
+	}
+	err := s.async.put(ctx, s.subject(key), key, value, hdr, s.writable, done)
 	if err != nil && !errors.Is(err, kv.ErrUnavailable) {
 		err = s.wrap("put "+key, err)
 		if errors.Is(err, kv.ErrUnavailable) {

@@ -178,7 +178,7 @@ func TestAsyncPutsDropALateAcknowledgement(t *testing.T) {
 	a, downs := newTestPuts(t, nc, 1, 100*time.Millisecond)
 	got := make(answers, 4)
 
-	require.NoError(t, a.put(t.Context(), "puts.a", "a", []byte("1"), noCheck, got.done("a")))
+	require.NoError(t, a.put(t.Context(), "puts.a", "a", []byte("1"), nil, noCheck, got.done("a")))
 	first := s.next(t)
 	x := got.next(t)
 	assert.Equal(t, "a", x.key)
@@ -188,7 +188,7 @@ func TestAsyncPutsDropALateAcknowledgement(t *testing.T) {
 
 	// The window of one slot is free again; the late acknowledgement of
 	// the first put must not answer the second.
-	require.NoError(t, a.put(t.Context(), "puts.b", "b", []byte("2"), noCheck, got.done("b")))
+	require.NoError(t, a.put(t.Context(), "puts.b", "b", []byte("2"), nil, noCheck, got.done("b")))
 	second := s.next(t)
 	assert.NotEqual(t, first.Reply, second.Reply, "the slot took a new reply subject")
 	s.ack(t, first, 7)
@@ -203,7 +203,7 @@ func TestAsyncPutsDropALateAcknowledgement(t *testing.T) {
 	}
 
 	// An acknowledged slot keeps its reply subject.
-	require.NoError(t, a.put(t.Context(), "puts.c", "c", []byte("3"), noCheck, got.done("c")))
+	require.NoError(t, a.put(t.Context(), "puts.c", "c", []byte("3"), nil, noCheck, got.done("c")))
 	third := s.next(t)
 	assert.Equal(t, second.Reply, third.Reply)
 	s.ack(t, third, 9)
@@ -217,18 +217,18 @@ func TestAsyncPutsBlockOnAFullWindowUntilTheContextEnds(t *testing.T) {
 	t.Cleanup(nc.Close)
 	a, _ := newTestPuts(t, nc, 2, time.Hour)
 	got := make(answers, 4)
-	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, noCheck, got.done("a")))
-	require.NoError(t, a.put(t.Context(), "puts.b", "b", nil, noCheck, got.done("b")))
+	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, nil, noCheck, got.done("a")))
+	require.NoError(t, a.put(t.Context(), "puts.b", "b", nil, nil, noCheck, got.done("b")))
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	err = a.put(ctx, "puts.c", "c", nil, noCheck, got.done("c"))
+	err = a.put(ctx, "puts.c", "c", nil, nil, noCheck, got.done("c"))
 	require.ErrorIs(t, err, kv.ErrUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	// Acknowledging one frees its slot.
 	s.ack(t, s.next(t), 1)
 	assert.Equal(t, "a", got.next(t).key)
-	require.NoError(t, a.put(t.Context(), "puts.c", "c", nil, noCheck, got.done("c")))
+	require.NoError(t, a.put(t.Context(), "puts.c", "c", nil, nil, noCheck, got.done("c")))
 }
 
 func TestAsyncPutsFailWhenTheConnectionIsLostOrTheStoreCloses(t *testing.T) {
@@ -240,7 +240,7 @@ func TestAsyncPutsFailWhenTheConnectionIsLostOrTheStoreCloses(t *testing.T) {
 	t.Cleanup(nc.Close)
 	a, downs := newTestPuts(t, nc, 4, time.Hour)
 	got := make(answers, 4)
-	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, noCheck, got.done("a")))
+	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, nil, noCheck, got.done("a")))
 	s.next(t)
 
 	// The server drops the putting connection: the acknowledgement, if
@@ -260,11 +260,11 @@ func TestAsyncPutsFailWhenTheConnectionIsLostOrTheStoreCloses(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no reconnect")
 	}
-	require.NoError(t, a.put(t.Context(), "puts.b", "b", nil, noCheck, got.done("b")))
+	require.NoError(t, a.put(t.Context(), "puts.b", "b", nil, nil, noCheck, got.done("b")))
 	s.next(t)
 	a.close()
 	x = got.next(t)
 	assert.Equal(t, "b", x.key)
 	require.ErrorIs(t, x.err, errStoreClosed)
-	require.ErrorIs(t, a.put(t.Context(), "puts.c", "c", nil, noCheck, got.done("c")), errStoreClosed)
+	require.ErrorIs(t, a.put(t.Context(), "puts.c", "c", nil, nil, noCheck, got.done("c")), errStoreClosed)
 }

@@ -43,7 +43,12 @@
 //
 // Writes in flight: PutAsync (the put of a state.Store) publishes a put
 // without waiting, up to Window at once, and answers each with the
-// stream's acknowledgement or an error within OpTimeout. The puts go out
+// stream's acknowledgement or an error within OpTimeout. A put may carry
+// a condition on its key's last write (Nats-Expected-Last-Subject-Sequence),
+// which the stream leader checks as it stores the put: a put that waited
+// in a link cannot land after a later write of its key; the stream's
+// refusal (wrong last sequence) is answered with kv.ErrRevisionMismatch,
+// and does not mark JetStream unavailable. The puts go out
 // on core NATS with a reply subject per slot of the window under one
 // subscription, and the acknowledgements are read in place; a slot takes a
 // new reply subject only after a put that ended unacknowledged, so a late

@@ -133,13 +133,22 @@ func unavailable(err error) bool {
 		natsjs.ErrBucketNotFound,
 		natsjs.ErrJetStreamNotEnabled,
 		natsjs.ErrJetStreamNotEnabledForAccount,
+		nats.ErrStreamNotFound, // the older API's (leaderSeqOf, the watch's consumer)
 	} {
 		if errors.Is(err, target) {
 			return true
 		}
 	}
-	var apiErr *natsjs.APIError
-	return errors.As(err, &apiErr) && (apiErr.Code >= 500 || apiErr.ErrorCode == errCodeNoPeers)
+	// Each API has its own error type: the newer (natsjs) and the older
+	// one (nats), which answers a cluster that elects with "JetStream
+	// system temporarily unavailable" (503) as the newer one does.
+	if apiErr := (*natsjs.APIError)(nil); errors.As(err, &apiErr) {
+		return apiErr.Code >= 500 || apiErr.ErrorCode == errCodeNoPeers
+	}
+	if apiErr := (*nats.APIError)(nil); errors.As(err, &apiErr) {
+		return apiErr.Code >= 500 || apiErr.ErrorCode == nats.ErrorCode(errCodeNoPeers)
+	}
+	return false
 }
 
 // isWrongLastSequence reports whether err is JetStream's refusal of a

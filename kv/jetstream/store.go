@@ -48,7 +48,10 @@ type handles struct {
 	stream natsjs.Stream
 }
 
-var _ kv.Shared = (*Store)(nil)
+var (
+	_ kv.Shared      = (*Store)(nil)
+	_ kv.AsyncPutter = (*Store)(nil)
+)
 
 // Open opens the bucket cfg.Bucket on nc's JetStream, creating it
 // if it is missing, and makes sure that it has an epoch. It waits for

@@ -57,6 +57,7 @@ func TestJetStream(t *testing.T) {
 	nc := connectTo(t, startJetStream(t))
 	kvtest.Run(t, func(t *testing.T) kvtest.Store { return openStore(t, nc, jetstream.Config{}) })
 	kvtest.RunShared(t, func(t *testing.T) kvtest.Shared { return openStore(t, nc, jetstream.Config{}) })
+	kvtest.RunAsync(t, func(t *testing.T) kvtest.AsyncShared { return openStore(t, nc, jetstream.Config{}) })
 }
 
 // TestJetStreamSharesKeysAndEpochAcrossStores opens one bucket twice, as two

@@ -132,7 +132,7 @@ func testWatchOrder(t *testing.T, s Shared) {
 	put(t, s, prefix+"a", "1")
 	b := put(t, s, prefix+"b", "2")
 	gone := put(t, s, prefix+"gone", "x")
-	_, err := s.Delete(ctx, prefix+"gone")
+	del, err := s.Delete(ctx, prefix+"gone")
 	require.NoError(t, err)
 	a2 := put(t, s, prefix+"a", "3")
 	barrier := lastRevision(t, s)
@@ -144,18 +144,24 @@ func testWatchOrder(t *testing.T, s Shared) {
 	var current []string
 	for _, ev := range events[1 : len(events)-1] {
 		assert.False(t, ev.Exact, "not exact before OpSynced: %v", ev)
-		if strings.HasPrefix(ev.Key, prefix) && ev.Op == kv.OpPut {
+		if !strings.HasPrefix(ev.Key, prefix) {
+			continue
+		}
+		switch ev.Op {
+		case kv.OpPut:
 			current = append(current, fmt.Sprintf("%s=%s@%d", ev.Key, ev.Value, ev.Revision.Seq))
+		case kv.OpDelete:
+			current = append(current, fmt.Sprintf("%s deleted@%d", ev.Key, ev.Revision.Seq))
 		}
 	}
-	assert.Equal(t, []string{fmt.Sprintf("t/b=2@%d", b.Seq), fmt.Sprintf("t/a=3@%d", a2.Seq)}, current,
-		"each key's last value, in sequence order")
+	assert.Equal(t, []string{fmt.Sprintf("t/b=2@%d", b.Seq), fmt.Sprintf("t/gone deleted@%d", del.Seq), fmt.Sprintf("t/a=3@%d", a2.Seq)}, current,
+		"each key's last write, a deletion included, in sequence order")
 	synced := events[len(events)-1]
 	assert.Equal(t, kv.OpSynced, synced.Op)
 	assert.True(t, synced.Exact)
 	assert.Equal(t, e, synced.Revision.Epoch)
 	assert.GreaterOrEqual(t, synced.Revision.Seq, barrier.Seq, "synced at or after the last write before the watch")
-	assert.Greater(t, a2.Seq, gone.Seq)
+	assert.Greater(t, del.Seq, gone.Seq)
 
 	c := put(t, s, prefix+"c", "4")
 	d, err := s.Delete(ctx, prefix+"b")

@@ -1,0 +1,128 @@
+package state_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/state"
+)
+
+// These tests hold the puts of the in-memory shared store in flight
+// (HoldPuts), as a stalled link holds a worker's writes, to check the
+// condition every node-key write carries: the key's last write as this
+// worker knows it.
+
+// TestReplicaWriteThatWaitedCannotLandAfterALaterReport: worker a's write
+// of a node's report 2 waits in the link and times out (answered
+// unavailable); report 3 goes through worker b and is acked; then the
+// link delivers a's write. It must not be stored after report 3.
+func TestReplicaWriteThatWaitedCannotLandAfterALaterReport(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	a := follow(t, mem, state.ReplicaOptions{ID: "a"})
+	b := follow(t, mem, state.ReplicaOptions{ID: "b"})
+	fmerge(t, a.mgr, 1, lastExecOf(1, 1))
+	b.synced(t)
+
+	mem.HoldPuts()
+	held := submit(t, a.mgr, 1, lastExecOf(1, 2))
+	mem.ExpireHeldPuts()
+	_, err := outcome(t, held)
+	require.ErrorIs(t, err, kv.ErrUnavailable, "timed out: not acked")
+	fmerge(t, b.mgr, 1, lastExecOf(1, 3))
+	mem.ReleasePuts(t.Context())
+
+	for name, w := range map[string]*worker{"a": a, "b": b} {
+		got, _ := w.synced(t)
+		assert.Equal(t, map[flowstate.FlowID]int64{3: 1003}, got.LastExecTimeMap, "worker %s: report 2 was stored after report 3", name)
+	}
+}
+
+// TestReplicaChainsTheWritesOfOneNode: a report of a node whose previous
+// write from this worker is still in flight is sent once that one is
+// answered, conditioned on its revision; reports of other nodes are not
+// held up, and every report is acked in arrival order.
+func TestReplicaChainsTheWritesOfOneNode(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
+	mem.HoldPuts()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
+	second := submit(t, w.mgr, 1, lastExecOf(1, 2))
+	other := submit(t, w.mgr, 2, lastExecOf(2, 1))
+	assert.Equal(t, 2, mem.HeldPuts(), "the node's second write waits for the first's answer; the other node's is sent")
+	mem.ReleasePuts(t.Context())
+
+	var revs []uint64
+	for i, p := range []*pending{first, second, other} {
+		res, err := outcome(t, p)
+		require.NoError(t, err, "report %d", i+1)
+		revs = append(revs, res.Revision)
+	}
+	assert.Less(t, revs[0], revs[1], "the second write of the node is stored after the first")
+	got, _ := w.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{2: 1002, 1: 2001}, got.LastExecTimeMap)
+	assert.Zero(t, w.mgr.Conflicts())
+}
+
+// TestReplicaChainedWriteAfterAnUnknownOutcome: the first write of a node
+// times out (its outcome unknown) while the second waits for it; the
+// second is sent on the condition the watch knows, so that whichever of
+// the two the store takes first, the other is refused: the first,
+// delivered late, does not land after the second.
+func TestReplicaChainedWriteAfterAnUnknownOutcome(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
+	mem.HoldPuts()
+	first := submit(t, w.mgr, 1, lastExecOf(1, 1))
+	second := submit(t, w.mgr, 1, lastExecOf(1, 2))
+	mem.ExpireHeldPuts()
+	_, err := outcome(t, first)
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	_, err = outcome(t, second)
+	require.NoError(t, err, "sent once the first was answered, and stored")
+	mem.ReleasePuts(t.Context())
+	got, _ := w.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{2: 1002}, got.LastExecTimeMap, "the first write, delivered late, was refused")
+}
+
+// TestReplicaRefusedWriteIsAConflictAndTheNextReportSettlesIt: worker b
+// sends a report of a node before its watch has applied a's write of the
+// node: the store refuses it (nothing stored), b answers ErrConflict,
+// which is unavailable (503), and b's next report of the node, sent once
+// its watch has caught up, is acked.
+func TestReplicaRefusedWriteIsAConflictAndTheNextReportSettlesIt(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	a := follow(t, mem, state.ReplicaOptions{ID: "a"})
+	b := follow(t, mem, state.ReplicaOptions{ID: "b"})
+	mem.StallWatches()
+	fromA := submit(t, a.mgr, 1, lastExecOf(1, 1))
+	_, err := outcome(t, submit(t, b.mgr, 1, lastExecOf(1, 2)))
+	require.ErrorIs(t, err, state.ErrConflict)
+	require.ErrorIs(t, err, kv.ErrUnavailable, "answered 503: not stored")
+	assert.Equal(t, uint64(1), b.mgr.Conflicts())
+	mem.ResumeWatches()
+	_, err = outcome(t, fromA)
+	require.NoError(t, err)
+	b.synced(t)
+	fmerge(t, b.mgr, 1, lastExecOf(1, 3))
+	got, _ := a.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{3: 1003}, got.LastExecTimeMap)
+}
+
+// TestReplicaConditionsOnADeletionItLoaded: a node key deleted (evicted)
+// before the worker started has a deletion as its last write; the watch
+// delivers it with the store's content, and the node's next report is
+// conditioned on it.
+func TestReplicaConditionsOnADeletionItLoaded(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	_, err := mem.Put(t.Context(), flowstate.NodeKey(1), flowstate.AppendJSON(nil, lastExecOf(1, 1).Flows()))
+	require.NoError(t, err)
+	_, err = mem.Delete(t.Context(), flowstate.NodeKey(1))
+	require.NoError(t, err)
+	w := follow(t, mem, state.ReplicaOptions{})
+	fmerge(t, w.mgr, 1, lastExecOf(1, 2))
+	assert.Zero(t, w.mgr.Conflicts())
+}

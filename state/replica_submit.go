@@ -1,0 +1,171 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// The write path of a Replica: a report given to it (Submit, Refuse), its
+// node-key write, conditional on the key's last write, and the store's
+// answer to it (onStored), which sends the write of the same node chained
+// after it.
+
+// ErrConflict is wrapped by the answer of a report whose write the store
+// refused because the node's key had a later write than the one this
+// worker knew of when it sent it: the node's report through another worker
+// that this worker's watch had not applied yet, or this worker's own write
+// whose outcome was unknown. Nothing was stored. It wraps kv.ErrUnavailable
+// (a flownode is answered 503, "not stored, send again"): the node's next
+// report is conditioned on what the watch applied by then, and settles it.
+// The condition is what keeps a write that waited (in a stalled link) from
+// landing after a later write of its node.
+var ErrConflict = fmt.Errorf("state: the node's key was written meanwhile: %w", kv.ErrUnavailable)
+
+// Submit takes a node's report (flows sorted by ID, each ID once) and
+// sends its write to the node's key without waiting for the store, under
+// the condition that the key's last write is the one this worker knows
+// of (see the package documentation, "Following a shared store"); a write
+// of the node that this worker sent before and the store has not answered
+// yet goes first, and this one follows once its answer has come. c is
+// told the outcome, once, in the order of the Submit and Refuse calls: the
+// result once the write is stored and this worker's watch has applied it
+// (so that a get on this worker sees it), or why not: ErrUnsortedFlows, a
+// *CapacityError if it would take the state past ReplicaOptions.Limits by
+// what the watch applied and this worker's writes in flight (nothing
+// written then), ErrConflict if the store refused the condition (nothing
+// written), an error wrapping kv.ErrUnavailable if the store did not take
+// it, its outcome is unknown, or the watch did not apply it within
+// ApplyTimeout, ErrStoreCleared if the store was wiped meanwhile. Submit
+// blocks while Window reports wait for their answers, until ctx ends: it
+// then returns ctx's error, and c is not called. flows is not retained.
+func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow, c Completion) error {
+	if err := r.takeTurn(ctx); err != nil {
+		return err
+	}
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	r.mu.Lock()
+	e := r.writes.push(r, c)
+	if err := r.admitLocked(nodeID, flows); err != nil {
+		e.fail(err)
+		r.completeLocked()
+		return nil
+	}
+	e.node, e.epoch, e.delivered, e.rev = nodeID, r.watch.epoch, r.watch.delivered, r.served.revision
+	r.writes.keepLocked(e, flows, r.opts.Limits.MaxFlows > 0, r.watch.agg)
+	cond := r.condLocked(nodeID)
+	if r.writes.chainLocked(e) {
+		// Sent by the store's answer to the write it follows (onStored),
+		// from its own copy of the value.
+		e.value = flowstate.AppendJSON(nil, flows)
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
+
+	r.enc = flowstate.AppendJSON(r.enc[:0], flows)
+	r.send(ctx, e, r.enc, cond)
+	return nil
+}
+
+// condLocked is the condition of a write of node id sent now: the key's
+// last write as the watch applied it, or this worker's last write of the
+// node (lastOf) if the store has stored it and the watch not applied it
+// yet, whichever is later (0: the key has not been written in the epoch).
+func (r *Replica) condLocked(id uint64) uint64 {
+	cond := r.watch.keys[id]
+	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.seq != 0 && p.epoch == r.watch.epoch {
+		cond = max(cond, p.seq)
+	}
+	return cond
+}
+
+// send sends the write of e, value under the condition that the node key's
+// last write is cond.
+func (r *Replica) send(ctx context.Context, e *write, value []byte, cond uint64) {
+	key := flowstate.NodeKey(e.node)
+	if err := r.store.PutAsync(ctx, key, value, kv.Condition{Key: key, Revision: cond}, e.stored); err != nil {
+		r.onStored(e, kv.Revision{}, err)
+	}
+}
+
+// Refuse answers c with err, a report refused before Submit (it does not
+// decode), in its turn after the reports given before it, as Submit does.
+func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
+	if err := r.takeTurn(ctx); err != nil {
+		return err
+	}
+	r.submitMu.Lock()
+	defer r.submitMu.Unlock()
+	r.mu.Lock()
+	r.writes.push(r, c).fail(err)
+	r.completeLocked()
+	return nil
+}
+
+// onStored is the store's answer to the write of e. The write of its node
+// that Submit chained after it, if any, is sent now, conditioned on e's
+// revision if e was stored.
+func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
+	r.mu.Lock()
+	e.acked = true
+	switch {
+	case err != nil && e.err == nil && errors.Is(err, kv.ErrRevisionMismatch):
+		r.conflicts++
+		e.err = fmt.Errorf("state: report of node %d not stored: %w (%w)", e.node, ErrConflict, err)
+	case err != nil && e.err == nil:
+		e.err = fmt.Errorf("state: store report of node %d: %w", e.node, err)
+	case err == nil:
+		e.seq, e.deadline = rev.Seq, r.clock+applyTicks
+	}
+	next, cond := r.nextLocked(e)
+	if e.done {
+		r.writes.recycle(e) // answered already (Drain or stop): nothing more to do
+	}
+	r.completeLocked()
+	if next != nil {
+		// Puts in flight stay within the window, and the store takes as
+		// many: a put slot is free. The bound is in case one is not.
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.ApplyTimeout)
+		r.send(ctx, next, next.value, cond)
+		cancel()
+	}
+}
+
+// nextLocked takes the write chained after e, which the store has just
+// answered, and returns it with its condition, or nil if it is not to be
+// sent (answered meanwhile, or Run has ended: it is answered then).
+func (r *Replica) nextLocked(e *write) (*write, uint64) {
+	next := e.next
+	if next == nil {
+		return nil, 0
+	}
+	e.next = nil
+	if next.err != nil || r.phase == stopped {
+		if next.err == nil {
+			next.err = fmt.Errorf("state: report of node %d not sent: %w", next.node, errNotSeen(stopped))
+		}
+		next.fail(next.err)
+		if next.done {
+			r.writes.recycle(next)
+		}
+		return nil, 0
+	}
+	cond := r.watch.keys[next.node]
+	if e.err == nil && e.epoch == r.watch.epoch {
+		cond = max(cond, e.seq)
+	}
+	return next, cond
+}
+
+// Conflicts counts the reports whose write the store refused
+// (ErrConflict) since the Replica was made.
+func (r *Replica) Conflicts() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conflicts
+}

@@ -98,3 +98,16 @@ func (c *clockCtx) end(err, cause error) {
 }
 
 func (c *clockCtx) String() string { return "clock.WithTimeout" }
+
+// Sleep waits until c reads d later, or until ctx ends: then it returns
+// ctx's error.
+func Sleep(ctx context.Context, c Clock, d time.Duration) error {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

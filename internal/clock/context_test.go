@@ -120,3 +120,21 @@ func TestAfterFuncAndStopOfOwnTimers(t *testing.T) {
 	assert.True(t, fired(tk.C()))
 	m.Advance(time.Hour)
 }
+
+func TestSleepWaitsForTheClockOrTheContext(t *testing.T) {
+	m := NewManual(start)
+	done := make(chan error, 1)
+	go func() { done <- Sleep(t.Context(), m, time.Minute) }()
+	require.True(t, m.AwaitWaiting(1, 10*time.Second))
+	m.Advance(time.Minute)
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Sleep did not return once the clock passed its wait")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.ErrorIs(t, Sleep(ctx, m, time.Minute), context.Canceled)
+	assert.Zero(t, m.Waiting(), "its timer is stopped")
+}

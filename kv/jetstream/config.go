@@ -9,6 +9,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -54,6 +55,12 @@ type Config struct {
 	// Window is how many puts PutAsync keeps in flight; kv.DefaultWindow
 	// if 0.
 	Window int
+	// Clock is the process's clock: OpTimeout, CheckInterval and
+	// ProbeInterval are measured on it, and the deadlines of the puts in
+	// flight; clock.Real if nil. The client library's own waits (its
+	// default request timeout, pings, reconnects, a watch's idle
+	// heartbeats) stay on real time.
+	Clock  clock.Clock
 	Logger *slog.Logger // nil: discard
 }
 
@@ -87,6 +94,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
 	}
 	return c
 }

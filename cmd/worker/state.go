@@ -21,7 +21,7 @@ const jetStreamStartTimeout = 15 * time.Second
 // connection of its own that dial makes (storeConnOptions).
 func (m *Main) openState(ccfg consumer.Config, dial func() (*natsConn, error)) (*consumer.Worker, error) {
 	if m.Config.KV != "jetstream" {
-		mgr := state.NewManager(state.Options{Limits: m.Config.limits()})
+		mgr := state.NewManager(state.Options{Limits: m.Config.limits(), Now: m.Clock.Now})
 		m.state = mgr
 		return consumer.New(m.nc.Conn, mgr, ccfg)
 	}
@@ -40,7 +40,7 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
 	defer cancel()
 	cfg := m.Config.jetStreamConfig()
-	cfg.Logger = m.Log
+	cfg.Logger, cfg.Clock = m.Log, m.Clock
 	snc, err := dial()
 	if err != nil {
 		return nil, fmt.Errorf("NATS connect: %w", err)
@@ -62,7 +62,7 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	m.warnAggregateSize(snc.MaxPayload())
 	replica, err := state.NewReplica(js, state.ReplicaOptions{
 		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), Window: m.Config.KVWindow,
-		MaxReportFlows: m.Config.MaxFlows,
+		MaxReportFlows: m.Config.MaxFlows, Clock: m.Clock,
 	})
 	if err != nil {
 		js.Close()

@@ -59,6 +59,7 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	}
 	m.js = js
 	m.storeReady = storeReadiness(snc, js.Available)
+	m.group.add("store replicas", replicaWatch{js})
 	m.warnAggregateSize(snc.MaxPayload())
 	replica, err := state.NewReplica(js, state.ReplicaOptions{
 		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), Window: m.Config.KVWindow,
@@ -124,6 +125,18 @@ func (s sharedState) Stop(context.Context) error {
 	s.store.Close()
 	return nil
 }
+
+// replicaWatch is the store's look at the bucket's replicas as an actor:
+// it reports a server that needs a restart (jetstream.Store.WatchReplicas).
+type replicaWatch struct{ store *jetstream.Store }
+
+func (w replicaWatch) Run(ctx context.Context) error {
+	w.store.WatchReplicas(ctx)
+	return nil
+}
+
+// Stop does nothing: the watch ends with Run.
+func (replicaWatch) Stop(context.Context) error { return nil }
 
 // The JetStream store is what a replica follows.
 var _ state.Store = (*jetstream.Store)(nil)

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/internal/clock"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -231,7 +231,7 @@ func TestAsyncPutsTimeOutByTheirClock(t *testing.T) {
 	s.next(t)
 	m.Advance(time.Hour - time.Millisecond)
 	var x answerOf
-	past := 0 // advances past the deadline before the answer
+	past := 0       // advances past the deadline before the answer
 	for range 100 { // each Advance fires the ticker once, which the expiry takes in its time
 		select {
 		case x = <-got:

@@ -31,8 +31,9 @@ type Store struct {
 	stream string // KV_<bucket>
 	prefix string // $KV.<bucket>.
 
-	h     atomic.Pointer[handles]
-	epoch atomic.Pointer[epochAt] // the epoch this store last saw
+	h        atomic.Pointer[handles]
+	epoch    atomic.Pointer[epochAt] // the epoch this store last saw
+	replicas replicaWatch            // WatchReplicas's last look
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed

@@ -24,9 +24,18 @@ var storeErrors = regexp.MustCompile(`\[ERR\] .*(critical write error|no space|i
 const diskSize = 64 << 20
 
 // recoverWithin is how long after its disk is freed a server has to take
-// writes again by itself; past it the nemesis restarts the server (and
-// says so in its log).
+// writes again by itself; past it the nemesis waits for a worker to say
+// that the server needs a restart, and restarts it (and says so in its
+// log).
 const recoverWithin = 15 * time.Second
+
+// replicaSilence is the workers' --kv-replica-silence in a run with disk
+// faults: a worker says a server needs a restart this long after the
+// stream's leader last heard from it, and within a look (5 s) more.
+const replicaSilence = 5 * time.Second
+
+// restartSaid matches a worker's line that a server needs a restart.
+var restartSaid = regexp.MustCompile(`needs a restart.* server=(s\d)`)
 
 // tmpfs is a small tmpfs the test mounted, holding one server's store.
 type tmpfs struct {
@@ -89,9 +98,15 @@ func (n *nemesis) diskFault() *fault {
 	f := &fault{kind: kindDisk, hold: n.between(3*time.Second, 10*time.Second)}
 	lead := n.rng.IntN(2) == 0
 	f.what = fmt.Sprintf("fill the disk of s%d", d.server)
-	var from int64 // the server's output before the fault
+	var from int64   // the server's output before the fault
+	var filled int64 // when the fill began, by the history's clock
+	var said []int64 // each worker's output before the fault
 	f.inject = func() error {
-		from = srv.Output().Len()
+		from, filled = srv.Output().Len(), n.h.now()
+		said = said[:0]
+		for _, w := range n.s.workers {
+			said = append(said, w.Output().Len())
+		}
 		if lead {
 			f.what += " (made the stream leader first: " + moveStreamLeader(n.nc, n.js, d.server) + ")"
 		}
@@ -118,13 +133,44 @@ func (n *nemesis) diskFault() *fault {
 			f.what += fmt.Sprintf("; s%d a current replica %v after the free", d.server, ms(int64(took)))
 			return nil
 		}
-		f.what += fmt.Sprintf("; s%d NOT A CURRENT REPLICA within %v of the free (%s): restarted it", d.server, recoverWithin, n.replicaState(d.server))
+		f.what += fmt.Sprintf("; s%d NOT A CURRENT REPLICA within %v of the free (%s)", d.server, recoverWithin, n.replicaState(d.server))
+		f.what += "; " + n.awaitRestartSaid(d.server, said, filled)
+		restarted := time.Now()
 		if err := srv.Restart(); err != nil {
 			return err
 		}
-		return n.awaitStream()
+		if err := n.awaitStream(); err != nil {
+			return err
+		}
+		if _, ok := n.awaitCurrent(d.server, recoverWithin); ok {
+			f.what += fmt.Sprintf("; restarted, a current replica %v later", ms(int64(time.Since(restarted))))
+		} else {
+			f.what += fmt.Sprintf("; restarted, NOT A CURRENT REPLICA %v later", ms(int64(time.Since(restarted))))
+		}
+		return nil
 	}
 	return f
+}
+
+// awaitRestartSaid waits, bounded, until a worker says that server i
+// needs a restart (in its output since said), and says which and when,
+// counted from the fill.
+func (n *nemesis) awaitRestartSaid(i int, said []int64, filled int64) string {
+	deadline := time.Now().Add(replicaSilence + 10*time.Second)
+	for {
+		for w, p := range n.s.workers {
+			if w >= len(said) {
+				break
+			}
+			if m := restartSaid.FindStringSubmatch(p.Output().Since(said[w])); m != nil && m[1] == fmt.Sprintf("s%d", i) {
+				return fmt.Sprintf("%s said s%d needs a restart (by %v after the fill)", p.name, i, ms(n.h.now()-filled))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("NO WORKER SAID s%d NEEDS A RESTART within %v of the fill", i, ms(n.h.now()-filled))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // awaitWrite writes the probe key of the nemesis until the stream stores a

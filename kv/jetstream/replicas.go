@@ -27,14 +27,15 @@ type Replica struct {
 	Lag     uint64        // writes it is behind, as the leader knows it
 }
 
-// Stuck reports whether r's server needs an operator: the stream's leader
-// has not heard from it for silence. A server that is down, or cut from
-// the leader, is so; so is one whose JetStream store failed a write (a
-// full disk): it disables its JetStream and stays behind, its replica not
-// current, until it is restarted, even once space is freed, while the
-// stream goes on without it.
-func (r Replica) Stuck(silence time.Duration) bool {
-	return !r.Leader && !r.Current && r.Silent >= silence
+// Stuck reports whether r's server needs an operator: its replica is not
+// current, and the stream's leader has not heard from it for silence, or
+// it has been behind for silence already (behind, by the caller's looks).
+// A server that is down, or cut from the leader, is so; so is one whose
+// JetStream store failed a write (a full disk): it stops applying the
+// stream, and stays behind until it is restarted, even once space is
+// freed, while the stream goes on without it.
+func (r Replica) Stuck(silence, behind time.Duration) bool {
+	return !r.Leader && !r.Current && (r.Silent >= silence || behind >= silence)
 }
 
 // Replicas returns the replicas of the bucket's stream, the leader's
@@ -65,6 +66,7 @@ type replicaWatch struct {
 	mu      sync.Mutex // guards the fields below
 	servers []string   // the bucket's servers at the last look, sorted
 	stuck   map[string]bool
+	behind  map[string]time.Time // since when each replica not current has been so, by the store's clock
 }
 
 // StuckServers returns the servers of the bucket's replicas at the last
@@ -86,14 +88,19 @@ func (s *Store) StuckServers() map[string]bool {
 // store's clock until ctx ends, and logs once when a replica becomes
 // stuck (Replica.Stuck after Config.ReplicaSilence), and once when it is
 // current again; StuckServers says what the last look found. A look that
-// fails (no leader, no connection) changes nothing.
+// fails (no leader, no connection) changes nothing; a failure is logged at
+// debug level.
 func (s *Store) WatchReplicas(ctx context.Context) {
 	t := s.cfg.Clock.NewTicker(replicaCheckEvery)
 	defer t.Stop()
 	for {
 		if s.nc.Status() == nats.CONNECTED {
-			if rs, err := s.Replicas(ctx); err == nil && len(rs) > 0 {
-				s.noteReplicas(rs)
+			rs, err := s.Replicas(ctx)
+			switch {
+			case err != nil:
+				s.log.Debug("the look at the bucket's replicas failed", slog.String("bucket", s.cfg.Bucket), slog.Any("err", err))
+			case len(rs) > 0:
+				s.noteReplicas(rs, s.cfg.Clock.Now())
 			}
 		}
 		select {
@@ -104,22 +111,31 @@ func (s *Store) WatchReplicas(ctx context.Context) {
 	}
 }
 
-// noteReplicas records a look at the replicas, and logs what changed.
-func (s *Store) noteReplicas(rs []Replica) {
+// noteReplicas records a look at the replicas at now, and logs what
+// changed.
+func (s *Store) noteReplicas(rs []Replica, now time.Time) {
 	w := &s.replicas
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stuck == nil {
-		w.stuck = map[string]bool{}
+		w.stuck, w.behind = map[string]bool{}, map[string]time.Time{}
 	}
 	w.servers = w.servers[:0]
 	for _, r := range rs {
 		w.servers = append(w.servers, r.Server)
-		stuck := r.Stuck(s.cfg.ReplicaSilence)
+		since, ok := w.behind[r.Server]
+		switch {
+		case r.Current:
+			delete(w.behind, r.Server)
+		case !ok || now.Before(since): // newly behind, or the clock went back
+			since = now
+			w.behind[r.Server] = now
+		}
+		stuck := r.Stuck(s.cfg.ReplicaSilence, now.Sub(since))
 		switch {
 		case stuck && !w.stuck[r.Server]:
-			s.log.Error("a server of the bucket's stream needs a restart: the stream's leader has not heard from its replica for "+
-				r.Silent.Round(time.Second).String()+"; it is down, cut off from the others, or its JetStream store failed a write "+
+			s.log.Error("a server of the bucket's stream needs a restart: its replica has not been current for "+
+				max(r.Silent, now.Sub(since)).Round(time.Second).String()+"; it is down, cut off from the others, or its JetStream store failed a write "+
 				"(a full disk: it logged \"Critical write error\" and \"JetStream out of resources, will be DISABLED\", and stays behind "+
 				"until it is restarted, even once space is freed): give its store room and restart it",
 				slog.String("bucket", s.cfg.Bucket), slog.String("server", r.Server), slog.Duration("silent", r.Silent),
@@ -136,6 +152,7 @@ func (s *Store) noteReplicas(rs []Replica) {
 	for name := range w.stuck {
 		if !slices.Contains(w.servers, name) {
 			delete(w.stuck, name) // no longer a replica of the stream
+			delete(w.behind, name)
 		}
 	}
 }

@@ -34,8 +34,12 @@ const recoverWithin = 15 * time.Second
 // stream's leader last heard from it, and within a look (5 s) more.
 const replicaSilence = 5 * time.Second
 
-// restartSaid matches a worker's line that a server needs a restart.
-var restartSaid = regexp.MustCompile(`needs a restart.* server=(s\d)`)
+// What the workers say of a server of the bucket: it needs a restart, and
+// it is current again.
+var (
+	restartSaid = regexp.MustCompile(`needs a restart.* server=(s\d)`)
+	currentSaid = regexp.MustCompile(`is current again.* server=(s\d)`)
+)
 
 // tmpfs is a small tmpfs the test mounted, holding one server's store.
 type tmpfs struct {
@@ -102,11 +106,7 @@ func (n *nemesis) diskFault() *fault {
 	var filled int64 // when the fill began, by the history's clock
 	var said []int64 // each worker's output before the fault
 	f.inject = func() error {
-		from, filled = srv.Output().Len(), n.h.now()
-		said = said[:0]
-		for _, w := range n.s.workers {
-			said = append(said, w.Output().Len())
-		}
+		from, filled, said = srv.Output().Len(), n.h.now(), n.outputs()
 		if lead {
 			f.what += " (made the stream leader first: " + moveStreamLeader(n.nc, n.js, d.server) + ")"
 		}
@@ -134,8 +134,14 @@ func (n *nemesis) diskFault() *fault {
 			return nil
 		}
 		f.what += fmt.Sprintf("; s%d NOT A CURRENT REPLICA within %v of the free (%s)", d.server, recoverWithin, n.replicaState(d.server))
-		f.what += "; " + n.awaitRestartSaid(d.server, said, filled)
-		restarted := time.Now()
+		name := fmt.Sprintf("s%d", d.server)
+		w, saidRestart := n.awaitSaid(restartSaid, name, said, replicaSilence+10*time.Second)
+		if saidRestart {
+			f.what += fmt.Sprintf("; %s said %s needs a restart (by %v after the fill)", w, name, ms(n.h.now()-filled))
+		} else {
+			f.what += fmt.Sprintf("; NO WORKER SAID %s NEEDS A RESTART within %v of the fill", name, ms(n.h.now()-filled))
+		}
+		restarted, before := time.Now(), n.outputs()
 		if err := srv.Restart(); err != nil {
 			return err
 		}
@@ -147,27 +153,46 @@ func (n *nemesis) diskFault() *fault {
 		} else {
 			f.what += fmt.Sprintf("; restarted, NOT A CURRENT REPLICA %v later", ms(int64(time.Since(restarted))))
 		}
+		// The next fault waits until the workers have seen the server back.
+		if !saidRestart {
+			return nil
+		}
+		if w, ok := n.awaitSaid(currentSaid, name, before, 2*replicaCheck); ok {
+			f.what += fmt.Sprintf("; %s said it is current again %v after the restart", w, ms(int64(time.Since(restarted))))
+		} else {
+			f.what += fmt.Sprintf("; NO WORKER SAID %s IS CURRENT AGAIN within %v of the restart", name, ms(int64(time.Since(restarted))))
+		}
 		return nil
 	}
 	return f
 }
 
-// awaitRestartSaid waits, bounded, until a worker says that server i
-// needs a restart (in its output since said), and says which and when,
-// counted from the fill.
-func (n *nemesis) awaitRestartSaid(i int, said []int64, filled int64) string {
-	deadline := time.Now().Add(replicaSilence + 10*time.Second)
+// replicaCheck is how often the workers look at the bucket's replicas.
+const replicaCheck = 5 * time.Second
+
+// outputs returns where each worker's output is now.
+func (n *nemesis) outputs() []int64 {
+	var at []int64
+	for _, w := range n.s.workers {
+		at = append(at, w.Output().Len())
+	}
+	return at
+}
+
+// awaitSaid waits, up to within, until a worker's output since from says
+// re of server, and returns the worker's name.
+func (n *nemesis) awaitSaid(re *regexp.Regexp, server string, from []int64, within time.Duration) (string, bool) {
+	deadline := time.Now().Add(within)
 	for {
 		for w, p := range n.s.workers {
-			if w >= len(said) {
-				break
-			}
-			if m := restartSaid.FindStringSubmatch(p.Output().Since(said[w])); m != nil && m[1] == fmt.Sprintf("s%d", i) {
-				return fmt.Sprintf("%s said s%d needs a restart (by %v after the fill)", p.name, i, ms(n.h.now()-filled))
+			if w < len(from) {
+				if m := re.FindStringSubmatch(p.Output().Since(from[w])); m != nil && m[1] == server {
+					return p.name, true
+				}
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Sprintf("NO WORKER SAID s%d NEEDS A RESTART within %v of the fill", i, ms(n.h.now()-filled))
+			return "", false
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/protocol"
 
 	"github.com/stretchr/testify/assert"
@@ -15,7 +16,7 @@ import (
 // a quiet interval is published without waiting for the interval.
 func TestCoalescerPublishesLeadingEdgeAtOnce(t *testing.T) {
 	published := make(chan struct{}, 10)
-	c := newCoalescer(time.Hour, func() { published <- struct{}{} })
+	c := newCoalescer(time.Hour, clock.Real, func() { published <- struct{}{} })
 	l := startLoop(c.run)
 	defer l.stop()
 
@@ -33,7 +34,7 @@ func TestCoalescerPublishesLeadingEdgeAtOnce(t *testing.T) {
 func TestCoalescerPublishesTrailingEdgeOnStop(t *testing.T) {
 	var n atomic.Int32
 	first := make(chan struct{}, 1)
-	c := newCoalescer(time.Hour, func() {
+	c := newCoalescer(time.Hour, clock.Real, func() {
 		if n.Add(1) == 1 {
 			first <- struct{}{}
 		}
@@ -53,7 +54,7 @@ func TestCoalescerPublishesTrailingEdgeOnStop(t *testing.T) {
 // within an interval goes out at its end without any further change.
 func TestCoalescerPublishesTrailingEdgeAfterInterval(t *testing.T) {
 	published := make(chan struct{}, 10)
-	c := newCoalescer(20*time.Millisecond, func() { published <- struct{}{} })
+	c := newCoalescer(20*time.Millisecond, clock.Real, func() { published <- struct{}{} })
 	l := startLoop(c.run)
 	defer l.stop()
 
@@ -71,7 +72,7 @@ func TestCoalescerPublishesTrailingEdgeAfterInterval(t *testing.T) {
 // publishes synchronously on each change.
 func TestCoalescerWithZeroIntervalPublishesEveryChange(t *testing.T) {
 	n := 0
-	c := newCoalescer(0, func() { n++ })
+	c := newCoalescer(0, clock.Real, func() { n++ })
 	l := startLoop(c.run)
 	for range 5 {
 		c.changed()
@@ -84,7 +85,7 @@ func TestCoalescerWithZeroIntervalPublishesEveryChange(t *testing.T) {
 // loop publish once the time has passed, with no change signalled.
 func TestCoalescerPublishesWhenAskedAfterAWhile(t *testing.T) {
 	published := make(chan struct{}, 10)
-	c := newCoalescer(time.Hour, func() { published <- struct{}{} })
+	c := newCoalescer(time.Hour, clock.Real, func() { published <- struct{}{} })
 	l := startLoop(c.run)
 	c.after(10 * time.Millisecond)
 	select {
@@ -112,4 +113,34 @@ func TestWantsJSONOnlyForApplicationJSON(t *testing.T) {
 	assert.False(t, wantsJSON(""))
 	assert.False(t, wantsJSON("application/msgpack"))
 	assert.False(t, wantsJSON("text/plain"))
+}
+
+// TestCoalescerWaitsAtMostAnIntervalAfterItsClockWentBack: a clock that
+// reads before the last publish went back; the time passed is unknown, and
+// the next publish waits one interval of the clock, not the jump too.
+func TestCoalescerWaitsAtMostAnIntervalAfterItsClockWentBack(t *testing.T) {
+	m := clock.NewManual(time.Unix(1_700_000_000, 0))
+	published := make(chan struct{}, 10)
+	c := newCoalescer(time.Second, m, func() { published <- struct{}{} })
+	l := startLoop(c.run)
+	defer l.stop()
+	within := func(what string) {
+		t.Helper()
+		select {
+		case <-published:
+		case <-time.After(10 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	c.changed()
+	within("the leading edge was not published")
+	m.Advance(-time.Minute)
+	c.changed()
+	require.True(t, m.AwaitWaiting(1, 10*time.Second), "the trailing publish is scheduled")
+	m.Advance(time.Second)
+	within("the trailing edge waits for the jump back too")
+
+	assert.Equal(t, time.Second, untilNext(m, m.Now().Add(time.Minute), time.Second), "a last publish in the clock's future")
+	assert.Equal(t, 400*time.Millisecond, untilNext(m, m.Now().Add(-600*time.Millisecond), time.Second))
+	assert.Negative(t, untilNext(m, time.Time{}, time.Second), "never published: due")
 }

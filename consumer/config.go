@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -73,7 +74,12 @@ type Config struct {
 	// OnApplied, if set, is called with the time each applied report took
 	// (decode, checks, merge), for metrics.
 	OnApplied func(time.Duration)
-	Logger    *slog.Logger // nil: discard
+	// Clock is the worker's clock: the publisher's intervals (PublishInterval,
+	// FullInterval) and the eviction's ticks and cutoff (NodeTTL) are
+	// measured on it; clock.Real if nil. Shutdown budgets, log rate limits
+	// and OnApplied's durations stay on real time.
+	Clock  clock.Clock
+	Logger *slog.Logger // nil: discard
 }
 
 // withDefaults returns c with its empty fields set.
@@ -107,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
 	}
 	return c
 }

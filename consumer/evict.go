@@ -6,19 +6,19 @@ import (
 	"time"
 )
 
-// evictLoop evicts nodes silent for longer than Config.NodeTTL until ctx
-// ends. Each sweep that evicts logs one line with the count, however many
-// nodes it evicted.
+// evictLoop evicts nodes silent for longer than Config.NodeTTL, by the
+// worker's clock, until ctx ends. Each sweep that evicts logs one line with
+// the count, however many nodes it evicted.
 func (w *Worker) evictLoop(ctx context.Context) {
 	ttl := w.cfg.NodeTTL
 	period := min(max(ttl/4, 10*time.Millisecond), 5*time.Second)
-	t := time.NewTicker(period)
+	t := w.cfg.Clock.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			w.evictSweep(now.Add(-ttl), ttl)
 		}
 	}

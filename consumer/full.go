@@ -3,6 +3,8 @@ package consumer
 import (
 	"context"
 	"time"
+
+	"github.com/flowstate-io/flowstate/internal/clock"
 )
 
 // fullCadence spaces the full updates on <prefix>.state by
@@ -10,7 +12,7 @@ import (
 // the publisher's PublishInterval. It is guarded by Worker.pubMu, as
 // publishState runs under it.
 type fullCadence struct {
-	last time.Time // when the last full update was published
+	last time.Time // when the last full update was published, by the worker's clock
 }
 
 // fullDueLocked reports whether a full update may go out now: always when
@@ -27,7 +29,7 @@ func (w *Worker) fullDueLocked(ctx context.Context) bool {
 	if v, err := w.mgr.Version(ctx); err == nil && v == w.lastPublished {
 		return false
 	}
-	wait := w.cfg.FullInterval - time.Since(w.full.last)
+	wait := untilNext(w.cfg.Clock, w.full.last, w.cfg.FullInterval)
 	if wait <= 0 {
 		return true
 	}
@@ -37,4 +39,11 @@ func (w *Worker) fullDueLocked(ctx context.Context) bool {
 
 // fullPublishedLocked notes a full update published now. The caller holds
 // pubMu.
-func (w *Worker) fullPublishedLocked() { w.full.last = time.Now() }
+func (w *Worker) fullPublishedLocked() { w.full.last = w.cfg.Clock.Now() }
+
+// untilNext is how long until interval has passed since last, by clk: at
+// most interval, also when clk went back since last (then it reads before
+// last, and the time passed is unknown).
+func untilNext(clk clock.Clock, last time.Time, interval time.Duration) time.Duration {
+	return min(interval-clk.Since(last), interval)
+}

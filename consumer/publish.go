@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/protocol"
 	"github.com/flowstate-io/flowstate/state"
 )
@@ -18,15 +19,17 @@ import (
 // and always once after the last change. Its run is the publisher loop.
 type coalescer struct {
 	interval time.Duration
+	clock    clock.Clock // the intervals' and the timers'
 	publish  func()
 	kick     chan struct{}      // a change is pending (the worker's own signal); capacity 1
 	changes  <-chan struct{}    // a shared state's signal of its changes (follow); nil otherwise
 	later    chan time.Duration // a publish asked for after a while (after); capacity 1
 }
 
-func newCoalescer(interval time.Duration, publish func()) *coalescer {
+func newCoalescer(interval time.Duration, clk clock.Clock, publish func()) *coalescer {
 	return &coalescer{
 		interval: interval,
+		clock:    clk,
 		publish:  publish,
 		kick:     make(chan struct{}, 1),
 		later:    make(chan time.Duration, 1),
@@ -87,13 +90,13 @@ func (c *coalescer) changed() {
 // run publishes until ctx ends; it then publishes a pending change and
 // returns.
 func (c *coalescer) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
+	timer := c.clock.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	later := time.NewTimer(time.Hour) // a publish asked for by after
+	later := c.clock.NewTimer(time.Hour) // a publish asked for by after
 	later.Stop()
 	defer later.Stop()
-	var last time.Time // of the last publish; zero is long ago
+	var last time.Time // of the last publish, by the clock; zero is long ago
 	armed := false     // a trailing publish is scheduled
 	laterArmed := false
 	for {
@@ -113,15 +116,15 @@ func (c *coalescer) run(ctx context.Context) {
 				laterArmed = true
 			}
 			continue
-		case <-later.C:
+		case <-later.C():
 			laterArmed = false
 			c.signal()
 			continue
-		case <-timer.C:
+		case <-timer.C():
 			armed = false
 			c.take() // a change since the timer was set: this publish has it
 			c.publish()
-			last = time.Now()
+			last = c.clock.Now()
 			continue
 		case <-ctx.Done():
 			if armed || c.take() {
@@ -129,13 +132,13 @@ func (c *coalescer) run(ctx context.Context) {
 			}
 			return
 		}
-		if wait := c.interval - time.Since(last); wait > 0 {
+		if wait := untilNext(c.clock, last, c.interval); wait > 0 {
 			timer.Reset(wait)
 			armed = true
 			continue
 		}
 		c.publish()
-		last = time.Now()
+		last = c.clock.Now()
 	}
 }
 

@@ -139,7 +139,7 @@ func newWorker(nc *nats.Conn, state State, cfg Config) (*Worker, error) {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.pubCtx, w.pubCancel = context.WithCancel(context.Background())
 	w.dec.MaxFlows = cfg.MaxFlows
-	w.pub = newCoalescer(cfg.PublishInterval, w.publishState)
+	w.pub = newCoalescer(cfg.PublishInterval, cfg.Clock, w.publishState)
 	return w, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -28,8 +29,9 @@ type Config struct {
 	ID string
 	// TTL is how long the lease lasts without a renewal; DefaultTTL if 0.
 	TTL time.Duration
-	// Now is the clock; time.Now if nil.
-	Now    func() time.Time
+	// Clock is this holder's clock: its validity, the others' silence and
+	// Run's ticks are measured on it; clock.Real if nil.
+	Clock  clock.Clock
 	Logger *slog.Logger // nil: discard
 }
 
@@ -59,16 +61,16 @@ type Lease struct {
 type view struct {
 	holder string    // the id in the key; "" if none or deleted
 	rev    uint64    // sequence number of the key's last write, a deletion included
-	seen   time.Time // when the watch delivered it (or became ready)
+	seen   time.Time // when the watch delivered it (or became ready), by this holder's clock
 }
 
 // own is this holder's hold of the lease.
 type own struct {
-	rev        uint64    // the key's revision after this holder's last write; 0: not held
-	acquired   uint64    // the revision at which it took the lease
-	applied    bool      // Observe has reported the takeover applied
-	epoch      string    // the epoch it took it in
-	validUntil time.Time // it holds the lease until then
+	rev      uint64    // the key's revision after this holder's last write; 0: not held
+	acquired uint64    // the revision at which it took the lease
+	applied  bool      // Observe has reported the takeover applied
+	epoch    string    // the epoch it took it in
+	sent     time.Time // when it sent its last successful write of the key, by its clock
 }
 
 // New returns a Lease on store. It does no I/O.
@@ -84,8 +86,8 @@ func New(store kv.Conditional, cfg Config) (*Lease, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = DefaultTTL
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -118,7 +120,7 @@ func (l *Lease) Observe(ev kv.Event) (free, applied bool) {
 		}
 		// A holder's silence is measured from now: a key read at start-up
 		// may be renewed any moment.
-		l.ready, l.view.seen = true, l.cfg.Now()
+		l.ready, l.view.seen = true, l.cfg.Clock.Now()
 		return true, false
 	}
 	// A watch that fell behind may skip the takeover itself, replaced by
@@ -130,7 +132,7 @@ func (l *Lease) Observe(ev kv.Event) (free, applied bool) {
 	if ev.Key != l.cfg.Key {
 		return false, applied
 	}
-	l.view = view{rev: ev.Revision.Seq, seen: l.cfg.Now()}
+	l.view = view{rev: ev.Revision.Seq, seen: l.cfg.Clock.Now()}
 	if ev.Op == kv.OpPut {
 		l.view.holder = string(ev.Value)
 	}
@@ -145,12 +147,24 @@ func (l *Lease) Held() (acquired uint64, ok bool) {
 	return l.heldLocked()
 }
 
+// heldLocked is Held: the lease is this holder's while less than its
+// validity (2/3 of the TTL) has passed on its clock since it sent its last
+// successful write of the key. A clock that reads before that moment went
+// back: the time passed is unknown, and the lease is not deemed held until
+// the next renewal succeeds.
 func (l *Lease) heldLocked() (uint64, bool) {
-	if l.own.rev == 0 || l.own.epoch != l.epoch || !l.cfg.Now().Before(l.own.validUntil) {
+	if l.own.rev == 0 || l.own.epoch != l.epoch {
+		return 0, false
+	}
+	if passed := l.cfg.Clock.Since(l.own.sent); passed < 0 || passed >= l.validity() {
 		return 0, false
 	}
 	return l.own.acquired, true
 }
+
+// validity is how long a holder deems the lease its own after it sent a
+// successful write of the key: 2/3 of the TTL, the others' wait.
+func (l *Lease) validity() time.Duration { return l.cfg.TTL * 2 / 3 }
 
 // Tick renews the lease if this holder holds it, and takes it if it is free
 // or its holder has not renewed it for a TTL. It returns the revision of a
@@ -166,8 +180,13 @@ func (l *Lease) Tick(ctx context.Context) (acquired uint64) {
 	if l.own.rev != 0 && l.own.epoch != l.epoch {
 		l.loseLocked("the epoch changed")
 	}
+	start := l.cfg.Clock.Now()
+	if start.Before(l.view.seen) {
+		// The clock went back: the silence is measured again from now,
+		// rather than for the jump and a TTL.
+		l.view.seen = start
+	}
 	epoch, v, mine := l.epoch, l.view, l.own
-	start := l.cfg.Now()
 	cond := kv.Condition{Key: l.cfg.Key, Revision: v.rev}
 	switch {
 	case mine.rev != 0:
@@ -186,14 +205,13 @@ func (l *Lease) Tick(ctx context.Context) (acquired uint64) {
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	validUntil := start.Add(l.cfg.TTL * 2 / 3)
 	switch {
 	case err == nil && l.epoch != epoch:
 		// The store started over during the write: it is not ours.
 	case err == nil && l.own.rev != 0:
-		l.own.rev, l.own.validUntil = rev.Seq, validUntil
+		l.own.rev, l.own.sent = rev.Seq, start
 	case err == nil:
-		l.own = own{rev: rev.Seq, acquired: rev.Seq, epoch: epoch, validUntil: validUntil}
+		l.own = own{rev: rev.Seq, acquired: rev.Seq, epoch: epoch, sent: start}
 		l.log.Info("lease taken", slog.String("key", l.cfg.Key), slog.String("id", l.cfg.ID),
 			slog.Uint64("revision", rev.Seq), slog.String("previous", v.holder))
 		return rev.Seq
@@ -260,11 +278,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// Run ticks every Interval, and whenever kick receives, until ctx ends;
-// then it releases the lease, within an Interval. onTakeover, if not nil,
-// is called with the revision of each takeover.
+// Run ticks every Interval of the holder's clock, and whenever kick
+// receives, until ctx ends; then it releases the lease, within an Interval
+// of real time (a shutdown's bound). onTakeover, if not nil, is called with
+// the revision of each takeover.
 func (l *Lease) Run(ctx context.Context, kick <-chan struct{}, onTakeover func(rev uint64)) {
-	t := time.NewTicker(l.Interval())
+	t := l.cfg.Clock.NewTicker(l.Interval())
 	defer t.Stop()
 	for {
 		if rev := l.Tick(ctx); rev != 0 && onTakeover != nil {
@@ -278,7 +297,7 @@ func (l *Lease) Run(ctx context.Context, kick <-chan struct{}, onTakeover func(r
 				l.log.Warn("lease release failed; it expires by itself", slog.Any("err", err))
 			}
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-kick:
 		}
 	}

@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
 )
 
-// These tests drive leases by hand: a fake clock per holder, Tick called
+// These tests drive leases by hand: a manual clock per holder, Tick called
 // by the test, and the test itself playing the store's watch (it hands
 // each write of the key to every holder's Observe). Nothing sleeps.
 
@@ -21,12 +22,6 @@ const (
 	key = "__flow/publisher"
 	ttl = 3 * time.Second
 )
-
-// clock is a holder's fake clock.
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time          { return c.t }
-func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // group is a store and the holders of one lease on it.
 type group struct {
@@ -38,7 +33,7 @@ type group struct {
 
 type holder struct {
 	*lease.Lease
-	clock *clock
+	clock *clock.Manual
 }
 
 func newGroup(t *testing.T, ids ...string) *group {
@@ -47,8 +42,8 @@ func newGroup(t *testing.T, ids ...string) *group {
 	require.NoError(t, err)
 	g := &group{t: t, store: store, epoch: epoch, holders: map[string]*holder{}}
 	for _, id := range ids {
-		c := &clock{t: time.Unix(1_700_000_000, 0)}
-		l, err := lease.New(store, lease.Config{Key: key, ID: id, TTL: ttl, Now: c.now})
+		c := clock.NewManual(time.Unix(1_700_000_000, 0))
+		l, err := lease.New(store, lease.Config{Key: key, ID: id, TTL: ttl, Clock: c})
 		require.NoError(t, err)
 		g.holders[id] = &holder{Lease: l, clock: c}
 		l.Observe(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch}})
@@ -118,17 +113,17 @@ func TestLeaseRenewalKeepsItValidForTwoThirdsOfTheTTL(t *testing.T) {
 	require.NotZero(t, a.Tick(t.Context()))
 	g.deliver()
 	for range 5 {
-		a.clock.advance(a.Interval())
+		a.clock.Advance(a.Interval())
 		assert.Zero(t, a.Tick(t.Context()), "a renewal is not a takeover")
 		g.deliver()
 		_, ok := a.Held()
 		assert.True(t, ok)
 	}
 	// No renewal: valid until 2/3 TTL after the last one was sent.
-	a.clock.advance(ttl*2/3 - time.Millisecond)
+	a.clock.Advance(ttl*2/3 - time.Millisecond)
 	_, ok := a.Held()
 	assert.True(t, ok)
-	a.clock.advance(time.Millisecond)
+	a.clock.Advance(time.Millisecond)
 	_, ok = a.Held()
 	assert.False(t, ok, "expired before anyone may take over")
 }
@@ -140,9 +135,9 @@ func TestLeaseTakenOverAfterATTLOfSilence(t *testing.T) {
 	g.deliver()
 
 	// a dies: no more renewals. b waits a TTL from the last write it saw.
-	b.clock.advance(ttl - time.Millisecond)
+	b.clock.Advance(ttl - time.Millisecond)
 	assert.Zero(t, b.Tick(t.Context()))
-	b.clock.advance(time.Millisecond)
+	b.clock.Advance(time.Millisecond)
 	rev := b.Tick(t.Context())
 	require.NotZero(t, rev, "b takes over after a TTL of silence")
 	applied := g.deliver()
@@ -234,7 +229,7 @@ func TestLeaseTakeoverSkippedByTheWatchIsStillApplied(t *testing.T) {
 	g := newGroup(t, "a")
 	a := g.holders["a"]
 	require.NotZero(t, a.Tick(t.Context()))
-	a.clock.advance(a.Interval())
+	a.clock.Advance(a.Interval())
 	require.Zero(t, a.Tick(t.Context()), "a renewal")
 	applied := g.deliver()
 	assert.True(t, applied["a"], "the renewal's event stands for the takeover")

@@ -153,8 +153,8 @@
 //
 // Whichever of the last two finds the oldest report's outcome answers it,
 // and the reports after it that are ready, in order, through their
-// Completions; the clock (Run's goroutine, ApplyTimeout/8 a tick) answers
-// a write the watch is late to apply. The served state tells the worker of
+// Completions; the clock (Run's goroutine, ApplyTimeout/8 of
+// ReplicaOptions.Clock a tick) answers a write the watch is late to apply. The served state tells the worker of
 // its changes on one channel (Changes), its own reports' included.
 // Another worker's write is decoded (flowstate.AppendValueFlows). Either
 // way the apply path allocates nothing per report in steady state.

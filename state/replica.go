@@ -238,7 +238,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	r.writes.nodeApplied(id)
 	at := ev.Time // the store's time of the write: silence counts from the report
 	if at.IsZero() {
-		at = r.opts.Now()
+		at = r.opts.Clock.Now()
 	}
 	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq}
 }

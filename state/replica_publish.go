@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
 )
@@ -191,7 +192,7 @@ func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 // watch does not get there within ApplyTimeout, reports fail at once until
 // it does, rather than queue behind this wait.
 func (r *Replica) awaitApplied(ctx context.Context, epoch string, seq, rev uint64) (MergeResult, error) {
-	wctx, cancel := context.WithTimeout(ctx, r.opts.ApplyTimeout)
+	wctx, cancel := clock.WithTimeout(ctx, r.opts.Clock, r.opts.ApplyTimeout)
 	defer cancel()
 	var res MergeResult
 	err := r.await(wctx, func() bool {

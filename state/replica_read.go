@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -77,11 +78,11 @@ func (r *Replica) Version(context.Context) (flowstate.Version, error) {
 // Sync is a read barrier: it waits until the state includes every write
 // the store had taken when Sync was called, so that a get that follows
 // includes every report any worker acknowledged before. It gives up after
-// ApplyTimeout, or at once when the store is unavailable, with an error
-// wrapping kv.ErrUnavailable; the state is then only as recent as the
-// watch made it.
+// ApplyTimeout of the worker's clock, or at once when the store is
+// unavailable, with an error wrapping kv.ErrUnavailable; the state is then
+// only as recent as the watch made it.
 func (r *Replica) Sync(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.ApplyTimeout)
+	ctx, cancel := clock.WithTimeout(ctx, r.opts.Clock, r.opts.ApplyTimeout)
 	defer cancel()
 	if err := r.await(ctx, func() bool { return r.checkLocked() == nil }); err != nil {
 		return fmt.Errorf("%w: %w", errNotReady, err)

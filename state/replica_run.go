@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/internal/throttle"
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/lease"
@@ -68,9 +69,10 @@ type ReplicaOptions struct {
 	// writes. Writes that come through the watch are always applied.
 	Limits Limits
 	Logger *slog.Logger // nil: discard
-	// Now tells the time of a report when the store does not; time.Now if
-	// nil.
-	Now func() time.Time
+	// Clock is the worker's clock: the publisher lease's, the deadlines of
+	// the writes in flight (ApplyTimeout), Sync's, and the time of a report
+	// when the store does not tell it; clock.Real if nil.
+	Clock clock.Clock
 	// Window is how many reports may wait for their answers (Submit);
 	// kv.DefaultWindow if 0. The store must take as many puts in flight.
 	Window int
@@ -90,8 +92,8 @@ func (o ReplicaOptions) withDefaults() ReplicaOptions {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock == nil {
+		o.Clock = clock.Real
 	}
 	return o
 }
@@ -109,7 +111,7 @@ type Store interface {
 // Run follows the store.
 func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 	opts = opts.withDefaults()
-	l, err := lease.New(store, lease.Config{Key: PublisherKey, ID: opts.ID, TTL: opts.LeaseTTL, Now: opts.Now, Logger: opts.Logger})
+	l, err := lease.New(store, lease.Config{Key: PublisherKey, ID: opts.ID, TTL: opts.LeaseTTL, Clock: opts.Clock, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("state: replica: %w", err)
 	}
@@ -157,11 +159,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		watchErr = r.store.Watch(ctx, r.onEvent)
 	})
 	wg.Go(func() { r.lease.Run(ctx, r.kick, r.tookLease) })
-	t := time.NewTicker(max(r.opts.ApplyTimeout/applyTicks, time.Millisecond))
+	t := r.opts.Clock.NewTicker(max(r.opts.ApplyTimeout/applyTicks, time.Millisecond))
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-		case <-t.C:
+		case <-t.C():
 			r.onTick()
 		}
 	}

@@ -39,6 +39,10 @@ type Config struct {
 	KVReplicas      int
 	KVStorage       string
 	KVWindow        int // --kv-window: JetStream writes in flight
+	// KVReplicaSilence (--kv-replica-silence): how long a replica of the
+	// bucket may go unheard by the stream's leader before its server is
+	// reported as needing a restart.
+	KVReplicaSilence time.Duration
 
 	Auth // authentication with an external server
 
@@ -61,20 +65,21 @@ const defaultListen = "127.0.0.1:4222"
 // defaultConfig is the configuration with no flag and no variable set.
 func defaultConfig() Config {
 	return Config{
-		Listen:          defaultListen,
-		Prefix:          protocol.DefaultPrefix,
-		Queue:           protocol.DefaultQueue,
-		PublishInterval: consumer.DefaultPublishInterval,
-		MaxFlows:        consumer.DefaultMaxFlows,
-		MaxNodes:        state.DefaultMaxNodes,
-		MaxTotalFlows:   state.DefaultMaxTotalFlows,
-		StateUpdates:    consumer.StateUpdatesBoth,
-		KV:              "memory",
-		KVBucket:        "flow_state",
-		KVReplicas:      1,
-		KVStorage:       "memory",
-		KVWindow:        kv.DefaultWindow,
-		LogLevel:        "info",
+		Listen:           defaultListen,
+		Prefix:           protocol.DefaultPrefix,
+		Queue:            protocol.DefaultQueue,
+		PublishInterval:  consumer.DefaultPublishInterval,
+		MaxFlows:         consumer.DefaultMaxFlows,
+		MaxNodes:         state.DefaultMaxNodes,
+		MaxTotalFlows:    state.DefaultMaxTotalFlows,
+		StateUpdates:     consumer.StateUpdatesBoth,
+		KV:               "memory",
+		KVBucket:         "flow_state",
+		KVReplicas:       1,
+		KVStorage:        "memory",
+		KVWindow:         kv.DefaultWindow,
+		KVReplicaSilence: jetstream.DefaultReplicaSilence,
+		LogLevel:         "info",
 	}
 }
 
@@ -101,6 +106,7 @@ func daemonFlags(c *Config) *flagSet {
 	f.IntVar(&c.KVReplicas, "kv-replicas", c.KVReplicas, "replicas of the bucket, `n` from 1 to 5, for --kv jetstream")
 	str(&c.KVStorage, "kv-storage", "`storage` of the bucket for --kv jetstream: memory, or file to survive a NATS restart")
 	f.IntVar(&c.KVWindow, "kv-window", c.KVWindow, "at most `n` JetStream writes in flight, for --kv jetstream")
+	f.DurationVar(&c.KVReplicaSilence, "kv-replica-silence", c.KVReplicaSilence, "report a server of the bucket as needing a restart once the stream's leader has not heard from its replica for this `duration`, for --kv jetstream")
 	str(&c.DeadLetterSubject, "dead-letter-subject", "publish rejected reports to this `subject`, with the reason in headers (empty: off)")
 	f.DurationVar(&c.NodeTTL, "node-ttl", 0, "evict a node silent for longer than this, as if it had sent an empty report (0: never)")
 	str(&c.LogLevel, "log-level", "log `level`: debug, info, warn or error")
@@ -146,6 +152,9 @@ func (c *Config) Validate() error {
 		if n.v <= 0 {
 			return fmt.Errorf("%s %d must be positive", n.flag, n.v)
 		}
+	}
+	if c.KVReplicaSilence <= 0 {
+		return fmt.Errorf("--kv-replica-silence %v must be positive, for example 30s", c.KVReplicaSilence)
 	}
 	if c.MetricsFlows < 0 || c.MetricsFlows > maxMetricsFlows {
 		return fmt.Errorf("--metrics-flows %d: want 0 to %d", c.MetricsFlows, maxMetricsFlows)
@@ -235,7 +244,8 @@ func (c *Config) limits() state.Limits {
 
 // jetStreamConfig is the part of c that configures the JetStream store.
 func (c *Config) jetStreamConfig() jetstream.Config {
-	return jetstream.Config{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage, Window: c.KVWindow}
+	return jetstream.Config{Bucket: c.KVBucket, Replicas: c.KVReplicas, Storage: c.KVStorage, Window: c.KVWindow,
+		ReplicaSilence: c.KVReplicaSilence}
 }
 
 // consumerConfig is the part of c that configures the consumer.

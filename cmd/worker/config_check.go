@@ -10,7 +10,7 @@ import (
 )
 
 // jetStreamFlags are the flags of the JetStream backend alone.
-var jetStreamFlags = []string{"kv-bucket", "kv-replicas", "kv-storage", "kv-window"}
+var jetStreamFlags = []string{"kv-bucket", "kv-replicas", "kv-storage", "kv-window", "kv-replica-silence"}
 
 // checkMemoryFlags refuses a flag of the JetStream backend given with the
 // memory backend, which would ignore it: an operator who sets

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowstate-io/flowstate/consumer"
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
 	"github.com/flowstate-io/flowstate/state"
 )
@@ -62,6 +63,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 type Main struct {
 	Config Config
 	Log    *slog.Logger
+	// Clock is the worker's clock, which its state, store, lease,
+	// publisher and prefix watch read; clock.Default() if nil (Real, but
+	// in a build for the robustness test).
+	Clock clock.Clock
 
 	id      string    // this worker's id: in its service info and the publisher lease
 	started time.Time // when Open began: which of two workers started later
@@ -97,7 +102,10 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stdout, std
 // and the metrics server. It fails at once on a taken port or unusable
 // credentials; Close then stops what it started.
 func (m *Main) Open() error {
-	m.id, m.started = workerID(), time.Now()
+	if m.Clock == nil {
+		m.Clock = clock.Default()
+	}
+	m.id, m.started = workerID(), m.Clock.Now()
 	m.warnings()
 	auth, err := m.Config.Auth.options()
 	if err != nil {
@@ -125,7 +133,7 @@ func (m *Main) Open() error {
 		return err
 	}
 	ccfg := m.Config.consumerConfig()
-	ccfg.Version, ccfg.Logger, ccfg.Metadata = version, m.Log, m.prefix.self.metadata()
+	ccfg.Version, ccfg.Logger, ccfg.Metadata, ccfg.Clock = version, m.Log, m.prefix.self.metadata(), m.Clock
 	latency := newMergeLatency()
 	if m.Config.MetricsAddr != "" {
 		ccfg.OnApplied = func(d time.Duration) { latency.Observe(d.Seconds()) }

@@ -29,6 +29,7 @@ type statsCollector struct {
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
+	storeRestartNeeded                 *prometheus.Desc
 	storeRefused, aggregateKeyCurrent  *prometheus.Desc
 	writeConflicts                     *prometheus.Desc
 	aggregateJSONBytes                 *prometheus.Desc
@@ -44,28 +45,30 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
 	return &statsCollector{
-		worker:              w,
-		nc:                  nc,
-		js:                  js,
-		mgr:                 mgr,
-		received:            d("reports_received_total", "Heartbeat messages taken from the subscription."),
-		applied:             d("reports_applied_total", "Reports merged into the state."),
-		acked:               d("acks_total", "Acknowledgements sent for reports sent as requests."),
-		rejected:            d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
-		published:           d("publishes_total", "Aggregates published on the state subject."),
-		publishErrors:       d("publish_errors_total", "Aggregates that could not be published."),
-		gets:                d("gets_total", "Get requests answered with the aggregate."),
-		getErrors:           d("get_errors_total", "Get requests answered with an error."),
-		dropped:             d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
-		connected:           d("nats_connected", "1 while the NATS connection is up."),
-		reconnects:          d("nats_reconnects_total", "NATS reconnections."),
-		info:                d("build_info", "The worker's version.", "version"),
-		evicted:             d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
-		revision:            d("revision", "Current revision of the state."),
-		nodes:               d("nodes", "Nodes in the aggregate."),
-		flows:               d("flows", "Flows in the aggregate."),
-		aggregateBytes:      d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
-		storeAvailable:      d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
+		worker:         w,
+		nc:             nc,
+		js:             js,
+		mgr:            mgr,
+		received:       d("reports_received_total", "Heartbeat messages taken from the subscription."),
+		applied:        d("reports_applied_total", "Reports merged into the state."),
+		acked:          d("acks_total", "Acknowledgements sent for reports sent as requests."),
+		rejected:       d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
+		published:      d("publishes_total", "Aggregates published on the state subject."),
+		publishErrors:  d("publish_errors_total", "Aggregates that could not be published."),
+		gets:           d("gets_total", "Get requests answered with the aggregate."),
+		getErrors:      d("get_errors_total", "Get requests answered with an error."),
+		dropped:        d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
+		connected:      d("nats_connected", "1 while the NATS connection is up."),
+		reconnects:     d("nats_reconnects_total", "NATS reconnections."),
+		info:           d("build_info", "The worker's version.", "version"),
+		evicted:        d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
+		revision:       d("revision", "Current revision of the state."),
+		nodes:          d("nodes", "Nodes in the aggregate."),
+		flows:          d("flows", "Flows in the aggregate."),
+		aggregateBytes: d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
+		storeAvailable: d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
+		storeRestartNeeded: d("store_server_restart_needed", "Per server of the bucket's stream (--kv jetstream, --kv-replicas above 1): 1 while the stream's leader has not heard from its replica for --kv-replica-silence, or has again but it has not caught up; "+
+			"the server is down, cut off, or its JetStream store failed a write (a full disk), after which it stays behind until it is restarted.", "server"),
 		publisher:           d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
 		aggregateKeyCurrent: d("aggregate_key_current", "On the publisher of a shared bucket (--kv jetstream): 1 while __flow/state holds the aggregate, 0 while it is deleted because the aggregate's JSON does not fit the connection's max payload."),
 		aggregateJSONBytes:  d("aggregate_json_bytes", "On the publisher of a shared bucket (--kv jetstream): the size of the aggregate's JSON (the value of __flow/state) at its last write, whether it fit or not."),
@@ -148,6 +151,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.chunksSent, s.ChunksSent)
 	if c.js != nil {
 		gauge(c.storeAvailable, bit(c.js.Available()))
+		for server, stuck := range c.js.StuckServers() {
+			ch <- prometheus.MustNewConstMetric(c.storeRestartNeeded, prometheus.GaugeValue, bit(stuck), server)
+		}
 	}
 	if c.mgr != nil {
 		current, jsonBytes, publisher := c.mgr.AggregateKey()

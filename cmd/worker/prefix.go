@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -107,7 +108,8 @@ type prefixWatch struct {
 	nc     *nats.Conn
 	up     <-chan struct{} // closed once the connection is up for the first time
 	prefix string
-	self   peer // service is set once the worker's service runs
+	self   peer        // service is set once the worker's service runs
+	clock  clock.Clock // the looks' cadence; the started times compared
 	log    *slog.Logger
 
 	conflict  atomic.Bool   // the last look found another state
@@ -121,8 +123,8 @@ type prefixWatch struct {
 	looked bool            // a look was made at start-up
 }
 
-func newPrefixWatch(nc *natsConn, prefix string, self peer, log *slog.Logger) *prefixWatch {
-	return &prefixWatch{nc: nc.Conn, up: nc.up, prefix: prefix, self: self, log: log.With(slog.String("prefix", prefix)), seen: map[string]bool{}}
+func newPrefixWatch(nc *natsConn, prefix string, self peer, clk clock.Clock, log *slog.Logger) *prefixWatch {
+	return &prefixWatch{nc: nc.Conn, up: nc.up, prefix: prefix, self: self, clock: clk, log: log.With(slog.String("prefix", prefix)), seen: map[string]bool{}}
 }
 
 // errOtherState is wrapped by the error of a worker that does not serve
@@ -139,7 +141,7 @@ func (p *prefixWatch) atStart(ctx context.Context) error {
 	}
 	o := others[0]
 	return fmt.Errorf("%w (%q): %s, which started %s before this one; %s",
-		errOtherState, p.prefix, o, time.Since(o.started).Round(time.Millisecond), advice(p.self, o))
+		errOtherState, p.prefix, o, p.clock.Since(o.started).Round(time.Millisecond), advice(p.self, o))
 }
 
 // Run looks every prefixCheckInterval while connected, and returns an
@@ -157,13 +159,13 @@ func (p *prefixWatch) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	t := time.NewTimer(jitter(prefixCheckInterval))
+	t := p.clock.NewTimer(jitter(prefixCheckInterval))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 		if p.nc.IsConnected() {
 			if err := p.once(ctx); err != nil {

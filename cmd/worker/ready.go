@@ -15,7 +15,7 @@ func (m *Main) checkPrefix() error {
 	if self.backend == "jetstream" {
 		self.bucket = m.Config.KVBucket
 	}
-	m.prefix = newPrefixWatch(m.nc, m.Config.Prefix, self, m.Log)
+	m.prefix = newPrefixWatch(m.nc, m.Config.Prefix, self, m.Clock, m.Log)
 	if !m.nc.IsConnected() {
 		m.Log.Info("NATS not connected yet: the other workers of the prefix are looked for once it is")
 		return nil

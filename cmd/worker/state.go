@@ -21,7 +21,7 @@ const jetStreamStartTimeout = 15 * time.Second
 // connection of its own that dial makes (storeConnOptions).
 func (m *Main) openState(ccfg consumer.Config, dial func() (*natsConn, error)) (*consumer.Worker, error) {
 	if m.Config.KV != "jetstream" {
-		mgr := state.NewManager(state.Options{Limits: m.Config.limits()})
+		mgr := state.NewManager(state.Options{Limits: m.Config.limits(), Now: m.Clock.Now})
 		m.state = mgr
 		return consumer.New(m.nc.Conn, mgr, ccfg)
 	}
@@ -40,7 +40,7 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	ctx, cancel := context.WithTimeout(context.Background(), jetStreamStartTimeout)
 	defer cancel()
 	cfg := m.Config.jetStreamConfig()
-	cfg.Logger = m.Log
+	cfg.Logger, cfg.Clock = m.Log, m.Clock
 	snc, err := dial()
 	if err != nil {
 		return nil, fmt.Errorf("NATS connect: %w", err)
@@ -59,10 +59,11 @@ func (m *Main) openReplica(dial func() (*natsConn, error)) (*state.Replica, erro
 	}
 	m.js = js
 	m.storeReady = storeReadiness(snc, js.Available)
+	m.group.add("store replicas", replicaWatch{js})
 	m.warnAggregateSize(snc.MaxPayload())
 	replica, err := state.NewReplica(js, state.ReplicaOptions{
 		ID: m.id, Logger: m.Log, Limits: m.Config.limits(), Window: m.Config.KVWindow,
-		MaxReportFlows: m.Config.MaxFlows,
+		MaxReportFlows: m.Config.MaxFlows, Clock: m.Clock,
 	})
 	if err != nil {
 		js.Close()
@@ -124,6 +125,18 @@ func (s sharedState) Stop(context.Context) error {
 	s.store.Close()
 	return nil
 }
+
+// replicaWatch is the store's look at the bucket's replicas as an actor:
+// it reports a server that needs a restart (jetstream.Store.WatchReplicas).
+type replicaWatch struct{ store *jetstream.Store }
+
+func (w replicaWatch) Run(ctx context.Context) error {
+	w.store.WatchReplicas(ctx)
+	return nil
+}
+
+// Stop does nothing: the watch ends with Run.
+func (replicaWatch) Stop(context.Context) error { return nil }
 
 // The JetStream store is what a replica follows.
 var _ state.Store = (*jetstream.Store)(nil)

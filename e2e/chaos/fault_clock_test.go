@@ -8,12 +8,8 @@ import (
 	"github.com/flowstate-io/flowstate/internal/clock"
 )
 
-// clockWired says whether the worker reads its time from internal/clock's
-// Default, so that a build with the chaosclock tag follows a control file.
-// Until it does, CHAOS_FAULTS=clock is refused (parseFaults).
-const clockWired = false
-
-// maxJump bounds a worker clock's total jump either way.
+// maxJump bounds a jump of a worker's clock, and its total jump, either
+// way.
 const maxJump = 60 * time.Second
 
 // clockFile is worker w's control file (FLOWSTATE_CHAOSCLOCK).
@@ -27,24 +23,42 @@ func (s *system) clockFile(w int) string {
 // for a few seconds, then at x1 again.
 func (n *nemesis) clockFault() *fault {
 	w := n.rng.IntN(len(n.s.workers))
+	if n.rng.IntN(2) == 0 {
+		return n.clockJump(w)
+	}
+	return n.clockRate(w)
+}
+
+// clockOf returns worker w's clock setting, its control file and its name.
+func (n *nemesis) clockOf(w int) (*clock.Control, string, string) {
 	if n.clocks == nil {
 		n.clocks = make([]clock.Control, len(n.s.workers))
 		for i := range n.clocks {
 			n.clocks[i].Rate = 1
 		}
 	}
-	ctl := &n.clocks[w]
-	path := n.s.clockFile(w)
-	name := n.s.workers[w].name
-	if n.rng.IntN(2) == 0 {
-		to := time.Duration(n.rng.Int64N(int64(2*maxJump)+1)) - maxJump
-		jump := to - ctl.Offset
-		return &fault{kind: kindClock, what: fmt.Sprintf("jump the clock of %s by %v (to %v from real time)", name, jump, to),
-			inject: func() error {
-				ctl.Offset = to
-				return clock.WriteControl(path, *ctl)
-			}}
+	return &n.clocks[w], n.s.clockFile(w), n.s.workers[w].name
+}
+
+// clockJump jumps worker w's clock forward or back by up to maxJump, to an
+// offset within maxJump of real time, where it stays.
+func (n *nemesis) clockJump(w int) *fault {
+	ctl, path, name := n.clockOf(w)
+	jump := time.Duration(n.rng.Int64N(int64(2*maxJump)+1)) - maxJump
+	if to := ctl.Offset + jump; to > maxJump || to < -maxJump {
+		jump = -jump // the other way stays within maxJump
 	}
+	to := ctl.Offset + jump
+	return &fault{kind: kindClock, what: fmt.Sprintf("jump the clock of %s by %v (to %v from real time)", name, jump.Round(time.Millisecond), to.Round(time.Millisecond)),
+		inject: func() error {
+			ctl.Offset = to
+			return clock.WriteControl(path, *ctl)
+		}}
+}
+
+// clockRate runs worker w's clock at x0.5 or x2 for a few seconds.
+func (n *nemesis) clockRate(w int) *fault {
+	ctl, path, name := n.clockOf(w)
 	rate := 0.5
 	if n.rng.IntN(2) == 0 {
 		rate = 2

@@ -13,12 +13,13 @@ import (
 )
 
 // The clock faults write control files a Controlled clock accepts: a jump
-// keeps the worker's total offset within maxJump, a rate is x0.5 or x2
-// while it holds and x1 once healed.
+// of at most maxJump keeps the worker's total offset within maxJump, a
+// rate is x0.5 or x2 while it holds and x1 once healed.
 func TestClockFaultsWriteControlsWithinTheirBounds(t *testing.T) {
 	s := &system{clockDir: t.TempDir(), workers: []*proc{{name: "worker 0"}, {name: "worker 1"}}}
 	n := &nemesis{s: s, rng: rand.New(rand.NewPCG(3, 0))}
 	jumps, rates := 0, 0
+	offsets := make([]time.Duration, len(s.workers))
 	for range 200 {
 		f := n.clockFault()
 		require.NoError(t, f.inject())
@@ -31,6 +32,8 @@ func TestClockFaultsWriteControlsWithinTheirBounds(t *testing.T) {
 			ctl, err := clock.ParseControl(string(b))
 			require.NoError(t, err, "worker %d's control file", w)
 			assert.LessOrEqual(t, ctl.Offset.Abs(), maxJump, f.what)
+			assert.LessOrEqual(t, (ctl.Offset - offsets[w]).Abs(), maxJump, f.what)
+			offsets[w] = ctl.Offset
 			assert.Contains(t, []float64{0.5, 1, 2}, ctl.Rate, f.what)
 		}
 		if f.heal == nil {

@@ -24,9 +24,22 @@ var storeErrors = regexp.MustCompile(`\[ERR\] .*(critical write error|no space|i
 const diskSize = 64 << 20
 
 // recoverWithin is how long after its disk is freed a server has to take
-// writes again by itself; past it the nemesis restarts the server (and
-// says so in its log).
+// writes again by itself; past it the nemesis waits for a worker to say
+// that the server needs a restart, and restarts it (and says so in its
+// log).
 const recoverWithin = 15 * time.Second
+
+// replicaSilence is the workers' --kv-replica-silence in a run with disk
+// faults: a worker says a server needs a restart this long after the
+// stream's leader last heard from it, and within a look (5 s) more.
+const replicaSilence = 5 * time.Second
+
+// What the workers say of a server of the bucket: it needs a restart, and
+// it is current again.
+var (
+	restartSaid = regexp.MustCompile(`needs a restart.* server=(s\d)`)
+	currentSaid = regexp.MustCompile(`is current again.* server=(s\d)`)
+)
 
 // tmpfs is a small tmpfs the test mounted, holding one server's store.
 type tmpfs struct {
@@ -89,9 +102,11 @@ func (n *nemesis) diskFault() *fault {
 	f := &fault{kind: kindDisk, hold: n.between(3*time.Second, 10*time.Second)}
 	lead := n.rng.IntN(2) == 0
 	f.what = fmt.Sprintf("fill the disk of s%d", d.server)
-	var from int64 // the server's output before the fault
+	var from int64   // the server's output before the fault
+	var filled int64 // when the fill began, by the history's clock
+	var said []int64 // each worker's output before the fault
 	f.inject = func() error {
-		from = srv.Output().Len()
+		from, filled, said = srv.Output().Len(), n.h.now(), n.outputs()
 		if lead {
 			f.what += " (made the stream leader first: " + moveStreamLeader(n.nc, n.js, d.server) + ")"
 		}
@@ -118,13 +133,69 @@ func (n *nemesis) diskFault() *fault {
 			f.what += fmt.Sprintf("; s%d a current replica %v after the free", d.server, ms(int64(took)))
 			return nil
 		}
-		f.what += fmt.Sprintf("; s%d NOT A CURRENT REPLICA within %v of the free (%s): restarted it", d.server, recoverWithin, n.replicaState(d.server))
+		f.what += fmt.Sprintf("; s%d NOT A CURRENT REPLICA within %v of the free (%s)", d.server, recoverWithin, n.replicaState(d.server))
+		name := fmt.Sprintf("s%d", d.server)
+		w, saidRestart := n.awaitSaid(restartSaid, name, said, replicaSilence+10*time.Second)
+		if saidRestart {
+			f.what += fmt.Sprintf("; %s said %s needs a restart (by %v after the fill)", w, name, ms(n.h.now()-filled))
+		} else {
+			f.what += fmt.Sprintf("; NO WORKER SAID %s NEEDS A RESTART within %v of the fill", name, ms(n.h.now()-filled))
+		}
+		restarted, before := time.Now(), n.outputs()
 		if err := srv.Restart(); err != nil {
 			return err
 		}
-		return n.awaitStream()
+		if err := n.awaitStream(); err != nil {
+			return err
+		}
+		if _, ok := n.awaitCurrent(d.server, recoverWithin); ok {
+			f.what += fmt.Sprintf("; restarted, a current replica %v later", ms(int64(time.Since(restarted))))
+		} else {
+			f.what += fmt.Sprintf("; restarted, NOT A CURRENT REPLICA %v later", ms(int64(time.Since(restarted))))
+		}
+		// The next fault waits until the workers have seen the server back.
+		if !saidRestart {
+			return nil
+		}
+		if w, ok := n.awaitSaid(currentSaid, name, before, 2*replicaCheck); ok {
+			f.what += fmt.Sprintf("; %s said it is current again %v after the restart", w, ms(int64(time.Since(restarted))))
+		} else {
+			f.what += fmt.Sprintf("; NO WORKER SAID %s IS CURRENT AGAIN within %v of the restart", name, ms(int64(time.Since(restarted))))
+		}
+		return nil
 	}
 	return f
+}
+
+// replicaCheck is how often the workers look at the bucket's replicas.
+const replicaCheck = 5 * time.Second
+
+// outputs returns where each worker's output is now.
+func (n *nemesis) outputs() []int64 {
+	var at []int64
+	for _, w := range n.s.workers {
+		at = append(at, w.Output().Len())
+	}
+	return at
+}
+
+// awaitSaid waits, up to within, until a worker's output since from says
+// re of server, and returns the worker's name.
+func (n *nemesis) awaitSaid(re *regexp.Regexp, server string, from []int64, within time.Duration) (string, bool) {
+	deadline := time.Now().Add(within)
+	for {
+		for w, p := range n.s.workers {
+			if w < len(from) {
+				if m := re.FindStringSubmatch(p.Output().Since(from[w])); m != nil && m[1] == server {
+					return p.name, true
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // awaitWrite writes the probe key of the nemesis until the stream stores a

@@ -38,8 +38,11 @@ func (n *nemesis) killFault() *fault {
 }
 
 // pauseFault stops a worker with SIGSTOP for a while.
-func (n *nemesis) pauseFault() *fault {
-	w := n.s.workers[n.rng.IntN(len(n.s.workers))]
+func (n *nemesis) pauseFault() *fault { return n.pauseWorker(n.rng.IntN(len(n.s.workers))) }
+
+// pauseWorker stops worker i with SIGSTOP for a while.
+func (n *nemesis) pauseWorker(i int) *fault {
+	w := n.s.workers[i]
 	d := n.between(500*time.Millisecond, 3*time.Second)
 	return &fault{kind: kindProcess, what: fmt.Sprintf("SIGSTOP %s for %v, then SIGCONT", w.name, ms(int64(d))), hold: d,
 		inject: func() error { w.Pause(); return nil },

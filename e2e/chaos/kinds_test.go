@@ -12,7 +12,7 @@ const (
 	kindPartition = "partition" // links stalled, cut or held one way (JetStream)
 	kindDisk      = "disk"      // a server's store filled, then freed (JetStream, needs mount)
 	kindCorrupt   = "corrupt"   // hostile values and deletes written into node keys (JetStream)
-	kindClock     = "clock"     // a worker's clock jumped or sped up (a worker that reads the test clock)
+	kindClock     = "clock"     // a worker's clock jumped, sped up or slowed down (a worker built with chaosclock)
 	kindCombo     = "combo"     // sometimes two of the above at once
 )
 
@@ -22,8 +22,8 @@ var allKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindC
 // readyKinds are those a run injects when CHAOS_FAULTS is unset. The
 // corrupt writes wait for workers that apply a hostile node value as the
 // node's absence (PROTOCOL.md, "What a worker applies from a shared
-// store"); the clock faults for a worker that reads the test clock.
-var readyKinds = []string{kindProcess, kindPartition, kindDisk, kindCombo}
+// store").
+var readyKinds = []string{kindProcess, kindPartition, kindDisk, kindClock, kindCombo}
 
 // faultSet is what a run injects.
 type faultSet struct {
@@ -62,9 +62,6 @@ func parseFaults(env string) (faultSet, error) {
 			return f, fmt.Errorf("CHAOS_FAULTS: no fault kind %q; the kinds are %s (for example CHAOS_FAULTS=partition,process)",
 				name, strings.Join(allKinds, ", "))
 		}
-	}
-	if f.has(kindClock) && !clockWired {
-		return f, fmt.Errorf("CHAOS_FAULTS names clock, but the worker does not read its time from internal/clock yet, so a control file cannot move it; leave clock out")
 	}
 	if len(f.kinds) == 0 {
 		return f, fmt.Errorf("CHAOS_FAULTS=%q names no fault kind to inject besides combo; for example CHAOS_FAULTS=partition,process,combo", env)

@@ -13,10 +13,11 @@ import (
 	"github.com/flowstate-io/flowstate/internal/binaries"
 )
 
-// bin holds the programs TestMain builds: the worker, nats-server, and the
-// worker with the chaosbug tag (an ack that names a wrong revision).
+// bin holds the programs TestMain builds: the worker, nats-server, the
+// worker with the chaosbug tag (an ack that names a wrong revision) and the
+// worker with the chaosclock tag (its clock follows a control file).
 var bin struct {
-	worker, natsServer, brokenWorker string
+	worker, natsServer, brokenWorker, clockWorker string
 }
 
 func TestMain(m *testing.M) {
@@ -55,11 +56,16 @@ func build(dir string) error {
 	if err != nil {
 		return err
 	}
-	bin.brokenWorker = filepath.Join(dir, "worker-chaosbug")
-	cmd := exec.Command("go", "build", "-tags", "chaosbug", "-o", bin.brokenWorker, "./cmd/worker")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build -tags chaosbug: %w\n%s", err, out)
+	for _, b := range []struct {
+		tag  string
+		path *string
+	}{{"chaosbug", &bin.brokenWorker}, {"chaosclock", &bin.clockWorker}} {
+		*b.path = filepath.Join(dir, "worker-"+b.tag)
+		cmd := exec.Command("go", "build", "-tags", b.tag, "-o", *b.path, "./cmd/worker")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build -tags %s: %w\n%s", b.tag, err, out)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -137,23 +138,17 @@ func (n *nemesis) perform(f *fault) error {
 	return err
 }
 
-// pair draws two faults to inject together: a partition with a kill, or a
-// pause with a clock jump, as far as the kinds allow.
+// pair draws two faults to inject together, as far as the kinds allow: a
+// partition with a kill, or a worker paused while its clock jumps (as a
+// virtual machine that resumes with its clock stepped).
 func (n *nemesis) pair() (*fault, *fault, bool) {
-	has := func(k string) bool {
-		for _, x := range n.kinds {
-			if x == k {
-				return true
-			}
-		}
-		return false
-	}
 	var opts [][2]*fault
-	if has(kindPartition) && has(kindProcess) {
+	if slices.Contains(n.kinds, kindPartition) {
 		opts = append(opts, [2]*fault{n.partitionFault(), n.killFault()})
 	}
-	if has(kindClock) && has(kindProcess) {
-		opts = append(opts, [2]*fault{n.pauseFault(), n.clockFault()})
+	if slices.Contains(n.kinds, kindClock) {
+		w := n.rng.IntN(len(n.s.workers))
+		opts = append(opts, [2]*fault{n.pauseWorker(w), n.clockJump(w)})
 	}
 	if len(opts) == 0 {
 		return nil, nil, false

@@ -74,6 +74,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 				t.Skipf("CHAOS_FAULTS has disk, which puts a server's store on a tmpfs the test mounts, and mounting is not permitted here (%v): run as root, or leave disk out of CHAOS_FAULTS", err)
 			}
 			sc.disk, sc.diskServer = d, int(cfg.seed%3)
+			sc.workerArgs = append(sc.workerArgs, "--kv-replica-silence", replicaSilence.String())
 		}
 		s = startJetStreamSystem(t, h.now, sc)
 	} else {

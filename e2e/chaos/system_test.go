@@ -48,7 +48,7 @@ type systemConfig struct {
 	disk       *tmpfs
 	diskServer int
 	workerArgs []string
-	clock      bool // each worker follows a clock control file (clock faults)
+	clock      bool // each worker is built with chaosclock and follows a control file (clock faults)
 	// on, if set, pins each worker to one server: worker w reaches server
 	// on[w] only (through its proxy); there are len(on) workers.
 	on []int
@@ -106,11 +106,11 @@ func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *s
 		s.links = append(s.links, links)
 		args := append([]string{"--nats-url", strings.Join(urls, ","), "--kv", "jetstream", "--kv-replicas", "3",
 			"--kv-storage", "file", "--max-flows", fmt.Sprint(maxFlows)}, cfg.workerArgs...)
-		var env []string
+		path, env := bin.worker, []string(nil)
 		if cfg.clock {
-			env = append(env, clockpkg.ControlEnv+"="+s.clockFile(w))
+			path, env = bin.clockWorker, append(env, clockpkg.ControlEnv+"="+s.clockFile(w))
 		}
-		s.workers = append(s.workers, newWorkerProc(fmt.Sprintf("worker %d", w), bin.worker, env, args...))
+		s.workers = append(s.workers, newWorkerProc(fmt.Sprintf("worker %d", w), path, env, args...))
 	}
 	s.startWorkers(t)
 	return s

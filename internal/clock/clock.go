@@ -13,9 +13,13 @@ type Clock interface {
 	NewTicker(d time.Duration) Ticker
 	// After is NewTimer(d).C().
 	After(d time.Duration) <-chan time.Time
+	// AfterFunc calls f in its own goroutine once d has passed; the
+	// Timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
-// Timer is a time.Timer of a Clock.
+// Timer is a time.Timer of a Clock. As a time.Timer's since Go 1.23, no
+// value sent before a Stop or a Reset is received after it.
 type Timer interface {
 	C() <-chan time.Time
 	// Stop prevents the timer from firing; it reports whether it was
@@ -43,6 +47,9 @@ func (realClock) Since(t time.Time) time.Duration        { return time.Since(t) 
 func (realClock) NewTimer(d time.Duration) Timer         { return realTimer{time.NewTimer(d)} }
 func (realClock) NewTicker(d time.Duration) Ticker       { return realTicker{time.NewTicker(d)} }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
+}
 
 type realTimer struct{ t *time.Timer }
 

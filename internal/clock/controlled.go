@@ -70,8 +70,12 @@ func NewControlled(base Clock) *Controlled {
 }
 
 // nowLocked is the clock's reading; c.mu is held.
-func (c *Controlled) nowLocked() time.Time {
-	elapsed := c.base.Now().Sub(c.baseAnchor)
+func (c *Controlled) nowLocked() time.Time { return c.readingLocked(c.base.Now()) }
+
+// readingLocked is the clock's reading when its base reads base; c.mu is
+// held.
+func (c *Controlled) readingLocked(base time.Time) time.Time {
+	elapsed := base.Sub(c.baseAnchor)
 	return c.anchor.Add(time.Duration(float64(elapsed) * c.ctl.Rate))
 }
 
@@ -100,18 +104,21 @@ func (c *Controlled) Now() time.Time {
 func (c *Controlled) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // NewTimer returns a timer that fires once this clock reads d later.
-func (c *Controlled) NewTimer(d time.Duration) Timer { return newOwnTimer(c, d, 0) }
+func (c *Controlled) NewTimer(d time.Duration) Timer { return newOwnTimer(c, d, 0, nil) }
 
 // NewTicker returns a ticker that fires every d of this clock.
 func (c *Controlled) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		panic("clock: non-positive interval for NewTicker")
 	}
-	return ownTicker{newOwnTimer(c, d, d)}
+	return ownTicker{newOwnTimer(c, d, d, nil)}
 }
 
 // After is NewTimer(d).C().
 func (c *Controlled) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
+
+// AfterFunc calls f in its own goroutine once this clock reads d later.
+func (c *Controlled) AfterFunc(d time.Duration, f func()) Timer { return newOwnTimer(c, d, 0, f) }
 
 // Control returns the setting in force.
 func (c *Controlled) Control() Control {
@@ -154,6 +161,11 @@ func (c *Controlled) Close() {
 	<-c.done
 }
 
+// baseSlack is how far the base may move while run sets its timer: past
+// it (a manual base advanced meanwhile), the timer, set relative to the
+// base's time then, would fire late by as much, and run looks again.
+const baseSlack = time.Millisecond
+
 // run fires the timers: it waits on the base clock until the earliest
 // deadline, by this clock, would be reached, or until a Set or a change
 // of timers.
@@ -161,7 +173,8 @@ func (c *Controlled) run() {
 	defer close(c.done)
 	for {
 		c.mu.Lock()
-		now := c.nowLocked()
+		base := c.base.Now()
+		now := c.readingLocked(base)
 		c.timers.fire(now)
 		next, ok := c.timers.next()
 		rate := c.ctl.Rate
@@ -171,6 +184,10 @@ func (c *Controlled) run() {
 		if ok {
 			wait := time.Duration(math.Ceil(float64(next.Sub(now)) / rate))
 			t = c.base.NewTimer(max(wait, 0))
+			if c.base.Since(base) > baseSlack {
+				t.Stop()
+				continue
+			}
 			due = t.C()
 		}
 		select {

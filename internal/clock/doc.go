@@ -1,6 +1,7 @@
-// Package clock is the time a process reads: Now, Since, timers and
-// tickers behind one interface, so that a test can make a process's time
-// jump or drift.
+// Package clock is the time a process reads: Now, Since, timers, tickers
+// and AfterFunc behind one interface, so that a test can make a process's
+// time jump or drift. WithTimeout is context.WithTimeout on a clock: its
+// context ends when the clock passes the timeout.
 //
 // Real is the system clock. Manual is a clock that moves only when told
 // (Advance), for unit tests. Controlled follows another clock (Real in a

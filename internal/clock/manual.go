@@ -40,18 +40,21 @@ func (m *Manual) Now() time.Time {
 func (m *Manual) Since(t time.Time) time.Duration { return m.Now().Sub(t) }
 
 // NewTimer returns a timer that fires once the clock has advanced by d.
-func (m *Manual) NewTimer(d time.Duration) Timer { return newOwnTimer(m, d, 0) }
+func (m *Manual) NewTimer(d time.Duration) Timer { return newOwnTimer(m, d, 0, nil) }
 
 // NewTicker returns a ticker that fires every d the clock advances.
 func (m *Manual) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		panic("clock: non-positive interval for NewTicker")
 	}
-	return ownTicker{newOwnTimer(m, d, d)}
+	return ownTicker{newOwnTimer(m, d, d, nil)}
 }
 
 // After is NewTimer(d).C().
 func (m *Manual) After(d time.Duration) <-chan time.Time { return m.NewTimer(d).C() }
+
+// AfterFunc calls f in its own goroutine once the clock has advanced by d.
+func (m *Manual) AfterFunc(d time.Duration, f func()) Timer { return newOwnTimer(m, d, 0, f) }
 
 // Advance moves the clock by d and fires the timers due.
 func (m *Manual) Advance(d time.Duration) {

@@ -8,7 +8,8 @@ import (
 // timer is a timer or ticker of a clock that keeps its own schedule
 // (Manual, Controlled), fired by the clock under its lock.
 type timer struct {
-	ch     chan time.Time
+	ch     chan time.Time // nil for an AfterFunc's
+	fn     func()         // an AfterFunc's, run in a goroutine of its own
 	when   time.Time
 	period time.Duration // a ticker's; 0 for a timer
 	index  int           // in the schedule; -1 when not scheduled
@@ -56,6 +57,10 @@ func (s *schedule) remove(t *timer) bool {
 func (s *schedule) fire(now time.Time) {
 	for len(*s) > 0 && !(*s)[0].when.After(now) {
 		t := heap.Pop(s).(*timer)
+		if t.fn != nil {
+			go t.fn()
+			continue
+		}
 		select {
 		case t.ch <- now:
 		default:
@@ -95,7 +100,10 @@ func (o ownTimer) C() <-chan time.Time { return o.t.ch }
 
 func (o ownTimer) Stop() bool {
 	var was bool
-	o.clock.locked(func(s *schedule, _ time.Time) { was = s.remove(o.t) })
+	o.clock.locked(func(s *schedule, _ time.Time) {
+		was = s.remove(o.t)
+		o.t.drain()
+	})
 	return was
 }
 
@@ -103,6 +111,7 @@ func (o ownTimer) Reset(d time.Duration) bool {
 	var was bool
 	o.clock.locked(func(s *schedule, now time.Time) {
 		was = s.remove(o.t)
+		o.t.drain()
 		if o.t.period > 0 {
 			o.t.period = d
 		}
@@ -112,17 +121,30 @@ func (o ownTimer) Reset(d time.Duration) bool {
 	return was
 }
 
+// drain drops a value sent before a Stop or a Reset; the clock's lock is
+// held, so none is being sent.
+func (t *timer) drain() {
+	select {
+	case <-t.ch:
+	default:
+	}
+}
+
 type ownTicker struct{ ownTimer }
 
 func (o ownTicker) Stop()                 { o.ownTimer.Stop() }
 func (o ownTicker) Reset(d time.Duration) { o.ownTimer.Reset(d) }
 
-// newOwnTimer schedules a timer (period 0) or ticker on c.
-func newOwnTimer(c scheduler, d, period time.Duration) ownTimer {
+// newOwnTimer schedules a timer (period 0) or ticker on c; with fn, an
+// AfterFunc's timer.
+func newOwnTimer(c scheduler, d, period time.Duration, fn func()) ownTimer {
 	if period < 0 || (period == 0 && d < 0) {
 		d = 0
 	}
-	t := &timer{ch: make(chan time.Time, 1), period: period, index: -1}
+	t := &timer{period: period, index: -1, fn: fn}
+	if fn == nil {
+		t.ch = make(chan time.Time, 1)
+	}
 	c.locked(func(s *schedule, now time.Time) {
 		s.add(t, now.Add(d))
 		s.fire(now)

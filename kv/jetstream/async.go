@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -32,6 +33,7 @@ var errStoreClosed = errors.New("the store is closed")
 type asyncPuts struct {
 	nc      *nats.Conn
 	timeout time.Duration
+	clock   clock.Clock   // the puts' deadlines and the ticker that bounds their waits
 	down    func(error)   // called when a put finds JetStream unavailable
 	epoch   func() string // the epoch a stored put is acknowledged in
 
@@ -68,9 +70,9 @@ type endedPut struct {
 
 // newAsyncPuts subscribes to the replies of window puts on nc and starts
 // the goroutines that bound their waits; close stops them.
-func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, down func(error), epoch func() string) (*asyncPuts, error) {
+func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock, down func(error), epoch func() string) (*asyncPuts, error) {
 	a := &asyncPuts{
-		nc: nc, timeout: timeout, down: down, epoch: epoch,
+		nc: nc, timeout: timeout, clock: clk, down: down, epoch: epoch,
 		prefix: nc.NewInbox() + ".",
 		free:   make(chan int32, window),
 		stop:   make(chan struct{}),
@@ -117,7 +119,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		return fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, errStoreClosed)
 	}
 	p := &a.slots[slot]
-	p.busy, p.key, p.done, p.deadline = true, key, done, time.Now().Add(a.timeout)
+	p.busy, p.key, p.done, p.deadline = true, key, done, a.clock.Now().Add(a.timeout)
 	reply, gen := p.reply, p.gen
 	a.mu.Unlock()
 	var err error
@@ -210,13 +212,13 @@ func parseReply(subject, prefix string) (int32, uint64, bool) {
 
 // expire fails the puts whose acknowledgement is late, until close.
 func (a *asyncPuts) expire() {
-	t := time.NewTicker(max(a.timeout/8, 5*time.Millisecond))
+	t := a.clock.NewTicker(max(a.timeout/8, 5*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-a.stop:
 			return
-		case now := <-t.C:
+		case now := <-t.C():
 			a.expired = a.endAll(a.expired[:0], func(p *putSlot) bool { return p.deadline.Before(now) })
 			a.fail(a.expired, natsjs.ErrAsyncPublishTimeout, true)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/kv"
 )
@@ -161,8 +162,12 @@ func (a answers) next(t *testing.T) answerOf {
 }
 
 func newTestPuts(t *testing.T, nc *nats.Conn, window int, timeout time.Duration) (*asyncPuts, *atomic.Int32) {
+	return newTestPutsOn(t, nc, window, timeout, clock.Real)
+}
+
+func newTestPutsOn(t *testing.T, nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock) (*asyncPuts, *atomic.Int32) {
 	var downs atomic.Int32
-	a, err := newAsyncPuts(nc, window, timeout, func(error) { downs.Add(1) }, func() string { return "e1" })
+	a, err := newAsyncPuts(nc, window, timeout, clk, func(error) { downs.Add(1) }, func() string { return "e1" })
 	require.NoError(t, err)
 	t.Cleanup(a.close)
 	return a, &downs
@@ -208,6 +213,37 @@ func TestAsyncPutsDropALateAcknowledgement(t *testing.T) {
 	assert.Equal(t, second.Reply, third.Reply)
 	s.ack(t, third, 9)
 	assert.Equal(t, uint64(9), got.next(t).rev.Seq)
+}
+
+// A put's wait is bounded by the store's clock: with an hour's timeout on a
+// manual clock, a put with no acknowledgement is answered once that clock
+// has passed the hour, and not before.
+func TestAsyncPutsTimeOutByTheirClock(t *testing.T) {
+	s, srv := newSink(t)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	m := clock.NewManual(time.Unix(1_700_000_000, 0))
+	a, _ := newTestPutsOn(t, nc, 1, time.Hour, m)
+	require.True(t, m.AwaitWaiting(1, 5*time.Second), "the expiry ticker")
+	got := make(answers, 1)
+	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, noCheck, got.done("a")))
+	s.next(t)
+	m.Advance(time.Hour - time.Millisecond)
+	var x answerOf
+	past := 0       // advances past the deadline before the answer
+	for range 100 { // each Advance fires the ticker once, which the expiry takes in its time
+		select {
+		case x = <-got:
+		case <-time.After(20 * time.Millisecond):
+			m.Advance(time.Hour / 8)
+			past++
+			continue
+		}
+		break
+	}
+	require.ErrorIs(t, x.err, natsjs.ErrAsyncPublishTimeout, "answered once the clock passed its deadline")
+	assert.Positive(t, past, "not before")
 }
 
 func TestAsyncPutsBlockOnAFullWindowUntilTheContextEnds(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -54,6 +55,16 @@ type Config struct {
 	// Window is how many puts PutAsync keeps in flight; kv.DefaultWindow
 	// if 0.
 	Window int
+	// ReplicaSilence is how long the stream's leader may not hear from a
+	// replica before WatchReplicas deems its server stuck;
+	// DefaultReplicaSilence if 0.
+	ReplicaSilence time.Duration
+	// Clock is the process's clock: OpTimeout, CheckInterval and
+	// ProbeInterval are measured on it, and the deadlines of the puts in
+	// flight; clock.Real if nil. The client library's own waits (its
+	// default request timeout, pings, reconnects, a watch's idle
+	// heartbeats) stay on real time.
+	Clock  clock.Clock
 	Logger *slog.Logger // nil: discard
 }
 
@@ -85,8 +96,14 @@ func (c Config) withDefaults() Config {
 	if c.Window == 0 {
 		c.Window = kv.DefaultWindow
 	}
+	if c.ReplicaSilence == 0 {
+		c.ReplicaSilence = DefaultReplicaSilence
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
 	}
 	return c
 }
@@ -108,7 +125,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("probe key %q is not a valid key", c.ProbeKey)
 	case c.Window < 0:
 		return fmt.Errorf("window %d: want a positive number of puts in flight", c.Window)
-	case c.OpTimeout < 0 || c.CheckInterval < 0 || c.Heartbeat < 0 || c.ProbeInterval < 0:
+	case c.OpTimeout < 0 || c.CheckInterval < 0 || c.Heartbeat < 0 || c.ProbeInterval < 0 || c.ReplicaSilence < 0:
 		return errors.New("durations must not be negative")
 	}
 	return nil

@@ -30,6 +30,23 @@
 // So a worker answers quickly while JetStream is down, and recovers by
 // itself.
 //
+// Time: OpTimeout, CheckInterval, ProbeInterval and the deadlines of the
+// puts in flight are measured on Config.Clock, the process's clock, so
+// that a test can make it jump or drift; the client library's own waits
+// (its default bound of a request whose context has no deadline, its
+// pings and reconnects, a watch's idle heartbeats) stay on real time.
+// None of them decides what is stored or acknowledged: a wait that ends
+// early or late makes a write's outcome unknown, never a wrong one.
+//
+// Replicas: a server of a replicated bucket whose JetStream store fails a
+// write (a full disk) disables its JetStream and stays behind, its replica
+// not current, until it is restarted, even once space is freed; the
+// stream goes on with the others while they have a quorum. WatchReplicas
+// asks the stream's leader for the replicas every few seconds and logs,
+// once per condition, a server whose replica the leader has not heard from
+// for ReplicaSilence (it cannot tell such a server from one that died or is
+// cut off), and once when it is current again; StuckServers says which.
+//
 // A write whose value, with its headers, passes the connection's max
 // payload fails with an error wrapping kv.ErrTooLarge; nothing is sent.
 //

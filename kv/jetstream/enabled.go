@@ -7,6 +7,8 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowstate-io/flowstate/internal/clock"
 )
 
 // ErrNotEnabled is wrapped by the error of Open (a *NotEnabledError) when
@@ -51,7 +53,7 @@ func (s *Store) checkEnabled(ctx context.Context) error {
 		if !s.nc.IsConnected() {
 			return nil // nothing to tell yet
 		}
-		actx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+		actx, cancel := s.opContext(ctx)
 		_, err := s.js.AccountInfo(actx)
 		cancel()
 		switch {
@@ -62,10 +64,8 @@ func (s *Store) checkEnabled(ctx context.Context) error {
 		case i == notEnabledChecks-1:
 			return &NotEnabledError{Server: s.serverName()}
 		}
-		select {
-		case <-ctx.Done():
+		if clock.Sleep(ctx, s.cfg.Clock, notEnabledPause) != nil {
 			return nil
-		case <-time.After(notEnabledPause):
 		}
 	}
 	return nil

@@ -30,7 +30,7 @@ func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 			return epochAt{}, err
 		}
 		epoch := kv.NewEpoch()
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+		cctx, cancel := s.opContext(ctx)
 		seq, err := s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
 		cancel()
 		if err == nil {
@@ -52,7 +52,7 @@ func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	if err := s.writable(); err != nil {
 		return kv.Revision{}, fmt.Errorf("%w: last revision: %v", kv.ErrUnavailable, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	info, err := s.handles().stream.Info(ctx)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -50,14 +49,14 @@ func (s *Store) markDown(cause error) {
 // down, but cannot store anything.
 func (s *Store) probe() {
 	defer s.wg.Done()
-	start := time.Now()
-	t := time.NewTicker(s.cfg.ProbeInterval)
+	start := s.cfg.Clock.Now()
+	t := s.cfg.Clock.NewTicker(s.cfg.ProbeInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if s.nc.Status() != nats.CONNECTED {
 			continue
@@ -83,7 +82,7 @@ func (s *Store) probe() {
 		s.probing = false
 		s.down.Store(false)
 		s.probeMu.Unlock()
-		s.log.Info("JetStream available again", slog.String("bucket", s.cfg.Bucket), slog.Duration("after", time.Since(start)))
+		s.log.Info("JetStream available again", slog.String("bucket", s.cfg.Bucket), slog.Duration("after", s.cfg.Clock.Since(start)))
 		return
 	}
 }
@@ -91,7 +90,7 @@ func (s *Store) probe() {
 // probeWrite writes a deletion of ProbeKey, which stays the bucket's only
 // message for that key.
 func (s *Store) probeWrite(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
 	msg.Header.Set("KV-Operation", "DEL")

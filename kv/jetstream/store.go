@@ -9,11 +9,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -31,8 +31,9 @@ type Store struct {
 	stream string // KV_<bucket>
 	prefix string // $KV.<bucket>.
 
-	h     atomic.Pointer[handles]
-	epoch atomic.Pointer[epochAt] // the epoch this store last saw
+	h        atomic.Pointer[handles]
+	epoch    atomic.Pointer[epochAt] // the epoch this store last saw
+	replicas replicaWatch            // WatchReplicas's last look
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed
@@ -87,7 +88,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		prefix: "$KV." + cfg.Bucket + ".",
 		stop:   make(chan struct{}),
 	}
-	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, s.markDown, s.lastEpoch); err != nil {
+	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, cfg.Clock, s.markDown, s.lastEpoch); err != nil {
 		return nil, err
 	}
 	if err := s.checkEnabled(ctx); err != nil {
@@ -109,10 +110,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		}
 		last = err
 		s.log.Warn("JetStream not available yet, retrying", slog.String("bucket", cfg.Bucket), slog.Any("err", err))
-		select {
-		case <-ctx.Done():
-		case <-time.After(cfg.ProbeInterval * 4):
-		}
+		_ = clock.Sleep(ctx, cfg.Clock, cfg.ProbeInterval*4)
 	}
 	if err != nil {
 		s.Close()
@@ -154,7 +152,7 @@ func (s *Store) Close() {
 // ensureBucket opens the bucket, creating it if it is missing, and checks
 // its settings: a mismatch is an error if strict, and logged otherwise.
 func (s *Store) ensureBucket(ctx context.Context, strict bool) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	created := false
 	stream, err := s.js.Stream(ctx, s.stream)
@@ -216,6 +214,12 @@ func (s *Store) compatible(c natsjs.StreamConfig) error {
 
 func (s *Store) handles() *handles { return s.h.Load() }
 
+// opContext bounds one request to JetStream: OpTimeout of the store's
+// clock (and the client library's own bound, of real time).
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return clock.WithTimeout(ctx, s.cfg.Clock, s.cfg.OpTimeout)
+}
+
 func (s *Store) subject(key string) string { return s.prefix + key }
 
 // Get implements Store.
@@ -223,7 +227,7 @@ func (s *Store) Get(ctx context.Context, key string) (kv.Entry, error) {
 	if !validKey(key) {
 		return kv.Entry{}, fmt.Errorf("jetstream: get: invalid key %q", key)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	e, err := s.handles().bucket.Get(ctx, key)
 	if errors.Is(err, natsjs.ErrKeyNotFound) || errors.Is(err, natsjs.ErrKeyDeleted) {
@@ -283,7 +287,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 			opts = append(opts, natsjs.WithExpectLastSequenceForSubject(cond.Revision, s.subject(cond.Key)))
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	ack, err := s.js.PublishMsg(ctx, msg, opts...)
 	if err != nil {
@@ -308,7 +312,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 // creates a new epoch. Sequence numbers keep growing. Workers never call it;
 // tests and tools do.
 func (s *Store) Clear(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	pctx, cancel := s.opContext(ctx)
 	defer cancel()
 	if err := s.handles().stream.Purge(pctx); err != nil {
 		return s.wrap("clear", err)

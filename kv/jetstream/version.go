@@ -121,7 +121,7 @@ func (s *Store) checkFencing(ctx context.Context) error {
 // fencedProbe writes a deletion of ProbeKey if the last write of the epoch
 // key has sequence number seq.
 func (s *Store) fencedProbe(ctx context.Context, seq uint64) (*natsjs.PubAck, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
 	msg.Header.Set("KV-Operation", "DEL")
@@ -137,7 +137,7 @@ func (s *Store) fencedProbe(ctx context.Context, seq uint64) (*natsjs.PubAck, er
 // not there (the bucket was wiped meanwhile) is an error wrapping
 // kv.ErrUnavailable, so that Open tries again.
 func (s *Store) leaderSeqOf(ctx context.Context, key string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	m, err := s.legacy.GetLastMsg(s.stream, s.subject(key), nats.Context(ctx))
 	if errors.Is(err, nats.ErrMsgNotFound) {

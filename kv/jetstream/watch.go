@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -39,10 +40,8 @@ func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 			continue
 		}
 		s.log.Warn("watch interrupted, starting over", slog.String("bucket", s.cfg.Bucket), slog.Any("err", err))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+		if err := clock.Sleep(ctx, s.cfg.Clock, wait); err != nil {
+			return err
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
@@ -90,7 +89,7 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	for {
 		// Until the next read of the epoch key (CheckInterval), which a
 		// steady stream of messages does not put off.
-		check, cancel := context.WithTimeout(ctx, s.cfg.CheckInterval)
+		check, cancel := clock.WithTimeout(ctx, s.cfg.Clock, s.cfg.CheckInterval)
 		err := s.watchUntil(check, sub, &p, fn)
 		cancel()
 		switch {

@@ -227,7 +227,7 @@ func TestAsyncPutsTimeOutByTheirClock(t *testing.T) {
 	a, _ := newTestPutsOn(t, nc, 1, time.Hour, m)
 	require.True(t, m.AwaitWaiting(1, 5*time.Second), "the expiry ticker")
 	got := make(answers, 1)
-	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, noCheck, got.done("a")))
+	require.NoError(t, a.put(t.Context(), "puts.a", "a", nil, nil, noCheck, got.done("a")))
 	s.next(t)
 	m.Advance(time.Hour - time.Millisecond)
 	var x answerOf

@@ -119,9 +119,10 @@ type Watcher interface {
 	// again and repeats. It returns when ctx ends, with ctx's error, or when
 	// it cannot go on.
 	Watch(ctx context.Context, fn func(Event)) error
-	// LastRevision returns the sequence number of the store's last write,
-	// for a read barrier: once a watch has delivered it, it has delivered
-	// every write acknowledged before LastRevision was called.
+	// LastRevision returns a revision at or past every write the store had
+	// committed when it was called, for a read barrier: once a watch has
+	// delivered it, it has delivered every write any watch could have
+	// delivered, or any writer had seen acknowledged, before the call.
 	LastRevision(ctx context.Context) (Revision, error)
 }
 

@@ -162,10 +162,11 @@
 // Reports of different nodes are different keys, so two workers merging at
 // the same moment both land in the stream and every worker applies both:
 // there is no read-modify-write of a shared aggregate, and nothing to
-// lose. A get first runs Sync, a read barrier (the stream's last sequence
-// number, then wait until the watch reaches it), so that it includes every
-// report any worker acknowledged before it was sent, and revisions never
-// go back from one get to the next, whichever worker answers.
+// lose. A get first runs Sync, a read barrier (a revision past every write
+// the store had committed, then wait until the watch reaches it), so that
+// it includes every report any worker acknowledged before it was sent, and
+// revisions never go back from one get to the next, whichever worker
+// answers.
 //
 // One worker at a time, the publisher, holds a lease (PublisherKey; package
 // lease has its rules) that it renews with compare-and-set. Only it writes

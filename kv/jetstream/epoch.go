@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowstate-io/flowstate/kv"
@@ -46,14 +47,35 @@ func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 	return epochAt{}, fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
 }
 
-// LastRevision implements Watcher: the stream's last sequence number, as its
-// leader knows it (0 if the bucket is empty).
+// LastRevision implements Watcher: a sequence number at or past every
+// write the stream had committed when it was called, whichever replica a
+// watch reads from. It writes a deletion of ProbeKey through the stream's
+// leader and returns that write's sequence number (or the stream's last, if
+// higher): the leader numbers a write after everything it has committed,
+// while the stream's last sequence number as the leader reports it lags
+// what a follower may already have applied and delivered to a watch.
+// Callers waiting at once share one write: a call joins the next one to
+// start (rounds).
 func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
+	rev, err := s.barrier.do(ctx, s.lastRevision)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, kv.ErrUnavailable) {
+		return kv.Revision{}, s.wrap("last revision", err) // ctx ended while waiting
+	}
+	return rev, err
+}
+
+func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 	if err := s.writable(); err != nil {
 		return kv.Revision{}, fmt.Errorf("%w: last revision: %v", kv.ErrUnavailable, err)
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
+	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
+	msg.Header.Set("KV-Operation", "DEL")
+	ack, err := s.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return kv.Revision{}, s.wrap("last revision", err)
+	}
 	info, err := s.handles().stream.Info(ctx)
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
@@ -66,11 +88,7 @@ func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	if e := s.epoch.Load(); e != nil && e.seq > 0 && (info.State.Msgs == 0 || info.State.FirstSeq > e.seq) {
 		return kv.Revision{}, fmt.Errorf("%w: last revision: the key of epoch %s is gone: the bucket was wiped", kv.ErrUnavailable, e.name)
 	}
-	rev := kv.Revision{Epoch: s.lastEpoch()}
-	if info.State.Msgs > 0 {
-		rev.Seq = info.State.LastSeq
-	}
-	return rev, nil
+	return kv.Revision{Epoch: s.lastEpoch(), Seq: max(ack.Sequence, info.State.LastSeq)}, nil
 }
 
 // epochAt is an epoch and the sequence number of the epoch key's write

@@ -34,6 +34,7 @@ type Store struct {
 	h        atomic.Pointer[handles]
 	epoch    atomic.Pointer[epochAt] // the epoch this store last saw
 	replicas replicaWatch            // WatchReplicas's last look
+	barrier  rounds                  // LastRevision's shared writes
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed

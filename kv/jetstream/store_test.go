@@ -252,3 +252,23 @@ func TestJetStreamLastRevisionRefusesAWipedEpoch(t *testing.T) {
 	assert.Equal(t, epoch, after.Epoch)
 	assert.NotEqual(t, before.Epoch, after.Epoch)
 }
+
+// TestJetStreamLastRevisionIsPastEveryWriteBeforeIt: the read barrier's
+// revision is a write of its own, numbered by the stream's leader after
+// every write it had taken, not the last sequence number the leader
+// reports (which lags what a follower may have applied and delivered).
+func TestJetStreamLastRevisionIsPastEveryWriteBeforeIt(t *testing.T) {
+	nc := connectTo(t, startJetStream(t))
+	st := openStore(t, nc, jetstream.Config{ProbeInterval: time.Hour})
+	put, err := st.Put(t.Context(), "k", []byte("v"))
+	require.NoError(t, err)
+	first, err := st.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Greater(t, first.Seq, put.Seq, "the barrier's own write comes after the put")
+	second, err := st.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Greater(t, second.Seq, first.Seq, "each barrier is a write of its own")
+	e, err := st.Get(t.Context(), "k")
+	require.NoError(t, err)
+	assert.Equal(t, "v", string(e.Value), "the barrier's writes leave the keys as they were")
+}

@@ -39,8 +39,7 @@ func TestChaosShort(t *testing.T) {
 }
 
 // TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test
-// is skipped) of the kinds CHAOS_FAULTS names (unset: every kind that is
-// ready), a random seed unless CHAOS_SEED gives one. It prints the seed
+// is skipped) of the kinds CHAOS_FAULTS names (unset: every kind), a random seed unless CHAOS_SEED gives one. It prints the seed
 // first and one line of figures last.
 func TestChaosLong(t *testing.T) {
 	env := os.Getenv("CHAOS_DURATION")

@@ -19,11 +19,8 @@ const (
 // allKinds are the kinds in the order they are listed.
 var allKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindClock, kindCombo}
 
-// readyKinds are those a run injects when CHAOS_FAULTS is unset. The
-// corrupt writes wait for workers that apply a hostile node value as the
-// node's absence (PROTOCOL.md, "What a worker applies from a shared
-// store").
-var readyKinds = []string{kindProcess, kindPartition, kindDisk, kindClock, kindCombo}
+// readyKinds are those a run injects when CHAOS_FAULTS is unset: all.
+var readyKinds = allKinds
 
 // faultSet is what a run injects.
 type faultSet struct {

@@ -75,17 +75,6 @@ func availabilityNames() []string {
 	return out
 }
 
-// routeLinks returns the routes of server i.
-func routeLinks(s *system, i int) []link {
-	var out []link
-	for j := range s.servers {
-		if j != i {
-			out = append(out, s.cluster.Route(i, j))
-		}
-	}
-	return out
-}
-
 // isolate stalls or cuts every route of the leader, or of another server.
 func isolate(leader, stall bool) func(*system, int) func() {
 	return func(s *system, l int) func() {
@@ -115,32 +104,14 @@ func flap(stall bool) func(*system, int) func() {
 	return func(s *system, l int) func() {
 		links := routeLinks(s, l)
 		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for broken := false; ; broken = !broken {
-				for _, r := range links {
-					switch {
-					case broken:
-						r.Heal()
-					case stall:
-						r.Stall()
-					default:
-						r.Cut()
-					}
-				}
-				select {
-				case <-stop:
-					for _, r := range links {
-						r.Heal()
-					}
-					return
-				case <-t.C:
-				}
+		go flapLinks(links, stall, stop, done)
+		return func() {
+			close(stop)
+			<-done
+			for _, r := range links {
+				r.Heal()
 			}
-		}()
-		return func() { close(stop); <-done }
+		}
 	}
 }
 

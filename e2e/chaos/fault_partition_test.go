@@ -78,14 +78,43 @@ func (n *nemesis) partitionFault() *fault {
 }
 
 // routesOf returns the route links of server i.
-func (n *nemesis) routesOf(i int) []link {
+func (n *nemesis) routesOf(i int) []link { return routeLinks(n.s, i) }
+
+// routeLinks returns the route links of server i of s.
+func routeLinks(s *system, i int) []link {
 	var out []link
-	for j := range n.s.servers {
+	for j := range s.servers {
 		if j != i {
-			out = append(out, n.s.cluster.Route(i, j))
+			out = append(out, s.cluster.Route(i, j))
 		}
 	}
 	return out
+}
+
+// flapLinks stalls (or cuts) links for a second and heals them for a
+// second, from now until stop is closed; it closes done when it returns,
+// leaving the links as they were at that moment.
+func flapLinks(links []link, stall bool, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for broken := false; ; broken = !broken {
+		for _, l := range links {
+			switch {
+			case broken:
+				l.Heal()
+			case stall:
+				l.Stall()
+			default:
+				l.Cut()
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // healer heals links, then waits until the stream has a leader.
@@ -152,28 +181,7 @@ func (n *nemesis) flapFault(f *fault, stall bool) *fault {
 	f.hold = n.flap
 	stop, done := make(chan struct{}), make(chan struct{})
 	f.inject = func() error {
-		go func() {
-			defer close(done)
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for broken := false; ; broken = !broken {
-				for _, l := range links {
-					switch {
-					case broken:
-						l.Heal()
-					case stall:
-						l.Stall()
-					default:
-						l.Cut()
-					}
-				}
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-			}
-		}()
+		go flapLinks(links, stall, stop, done)
 		return nil
 	}
 	healLinks := n.healer(links)

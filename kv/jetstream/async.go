@@ -36,6 +36,7 @@ type asyncPuts struct {
 	clock   clock.Clock   // the puts' deadlines and the ticker that bounds their waits
 	down    func(error)   // called when a put finds JetStream unavailable
 	epoch   func() string // the epoch a stored put is acknowledged in
+	stored  func(uint64)  // called with each stored put's sequence number
 
 	prefix string // <inbox>.
 	sub    *nats.Subscription
@@ -70,9 +71,9 @@ type endedPut struct {
 
 // newAsyncPuts subscribes to the replies of window puts on nc and starts
 // the goroutines that bound their waits; close stops them.
-func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock, down func(error), epoch func() string) (*asyncPuts, error) {
+func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock, down func(error), epoch func() string, stored func(uint64)) (*asyncPuts, error) {
 	a := &asyncPuts{
-		nc: nc, timeout: timeout, clock: clk, down: down, epoch: epoch,
+		nc: nc, timeout: timeout, clock: clk, down: down, epoch: epoch, stored: stored,
 		prefix: nc.NewInbox() + ".",
 		free:   make(chan int32, window),
 		stop:   make(chan struct{}),
@@ -190,6 +191,7 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 		done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, err))
 		return
 	}
+	a.stored(seq)
 	done(kv.Revision{Epoch: a.epoch(), Seq: seq}, nil)
 }
 

@@ -30,6 +30,20 @@
 // So a worker answers quickly while JetStream is down, and recovers by
 // itself.
 //
+// A server whose JetStream failed can stay up and answer every JetStream
+// request "temporarily unavailable", or keep a watch's consumer alive that
+// delivers nothing, while the other servers serve. The store moves its
+// connection to another server of the connection's pool when JetStream
+// keeps failing through one: after a few attempts of Open or of the probe,
+// after a few passes of a Watch in a row that ended in an error; and a
+// Watch pass ends when it has delivered nothing for three idle heartbeats
+// while a write the store saw stored is ahead of it (failover.go).
+//
+// Read barrier: LastRevision writes a deletion of ProbeKey through the
+// stream's leader, which numbers it after every write it committed, and
+// returns its sequence number; the callers waiting at once share one such
+// write (rounds.go).
+//
 // Time: OpTimeout, CheckInterval, ProbeInterval and the deadlines of the
 // puts in flight are measured on Config.Clock, the process's clock, so
 // that a test can make it jump or drift; the client library's own waits

@@ -76,6 +76,7 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
+	s.stored(ack.Sequence)
 	info, err := s.handles().stream.Info(ctx)
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)

@@ -52,7 +52,7 @@ func (s *Store) probe() {
 	start := s.cfg.Clock.Now()
 	t := s.cfg.Clock.NewTicker(s.cfg.ProbeInterval)
 	defer t.Stop()
-	for {
+	for failed := 0; ; {
 		select {
 		case <-s.stop:
 			return
@@ -72,6 +72,11 @@ func (s *Store) probe() {
 		err := s.ensureBucket(ctx, false)
 		if err == nil {
 			err = s.probeWrite(ctx)
+		}
+		if err != nil {
+			if failed++; failed%(switchAfter*4) == 0 {
+				s.tryAnotherServer(ctx, err)
+			}
 		}
 		cancel()
 		if err != nil {

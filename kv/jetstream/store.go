@@ -31,10 +31,11 @@ type Store struct {
 	stream string // KV_<bucket>
 	prefix string // $KV.<bucket>.
 
-	h        atomic.Pointer[handles]
-	epoch    atomic.Pointer[epochAt] // the epoch this store last saw
-	replicas replicaWatch            // WatchReplicas's last look
-	barrier  rounds                  // LastRevision's shared writes
+	h         atomic.Pointer[handles]
+	epoch     atomic.Pointer[epochAt] // the epoch this store last saw
+	replicas  replicaWatch            // WatchReplicas's last look
+	barrier   rounds                  // LastRevision's shared writes
+	storedSeq atomic.Uint64           // the highest sequence number of a write seen stored (failover.go)
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed
@@ -89,7 +90,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		prefix: "$KV." + cfg.Bucket + ".",
 		stop:   make(chan struct{}),
 	}
-	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, cfg.Clock, s.markDown, s.lastEpoch); err != nil {
+	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, cfg.Clock, s.markDown, s.lastEpoch, s.stored); err != nil {
 		return nil, err
 	}
 	if err := s.checkEnabled(ctx); err != nil {
@@ -97,7 +98,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	var last error // the last failure that was not ctx's end
-	for {
+	for failed := 1; ; failed++ {
 		err = s.ensureBucket(ctx, true)
 		if err == nil {
 			err = s.checkFencing(ctx)
@@ -111,6 +112,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		}
 		last = err
 		s.log.Warn("JetStream not available yet, retrying", slog.String("bucket", cfg.Bucket), slog.Any("err", err))
+		if failed%switchAfter == 0 {
+			s.tryAnotherServer(ctx, err)
+		}
 		_ = clock.Sleep(ctx, cfg.Clock, cfg.ProbeInterval*4)
 	}
 	if err != nil {

@@ -30,6 +30,8 @@ var errStartOver = errors.New("jetstream: the watch must start over")
 // subscription's queue, where the connection's reader puts them.
 func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 	wait := s.cfg.ProbeInterval
+	var failed int           // passes in a row that ended in an error
+	var lastFailed time.Time // when the last one did
 	for {
 		err := s.watchPass(ctx, fn)
 		if ctx.Err() != nil {
@@ -40,6 +42,12 @@ func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 			continue
 		}
 		s.log.Warn("watch interrupted, starting over", slog.String("bucket", s.cfg.Bucket), slog.Any("err", err))
+		if s.cfg.Clock.Since(lastFailed) > time.Minute {
+			failed = 0
+		}
+		if failed, lastFailed = failed+1, s.cfg.Clock.Now(); failed%switchAfter == 0 {
+			s.tryAnotherServer(ctx, err)
+		}
 		if err := clock.Sleep(ctx, s.cfg.Clock, wait); err != nil {
 			return err
 		}
@@ -83,6 +91,8 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 
 	p := pass{epoch: epoch, synced: pending == 0}
 	p.exact = p.synced
+	s.storedSeq.Store(0) // what was stored before this pass may be of a bucket recreated since
+	var moved progress
 	if p.synced {
 		fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch}, Exact: true})
 	}
@@ -100,7 +110,36 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		case s.epochChanged(ctx, epoch):
 			return errStartOver
 		}
+		if err := s.watchStuck(sub, &p, &moved); err != nil {
+			return err
+		}
 	}
+}
+
+// progress is when a pass last delivered a write, or last had nothing
+// stored ahead of it.
+type progress struct {
+	last  uint64
+	since time.Time
+}
+
+// watchStuck returns an error once the pass has delivered nothing for
+// stuckAfter, with nothing waiting in its subscription, while a write the
+// store saw stored is ahead of it: its consumer is alive (its heartbeats
+// come) but what it reads does not move, as on a server whose store
+// failed. The next pass creates a new consumer.
+func (s *Store) watchStuck(sub *nats.Subscription, p *pass, pr *progress) error {
+	now := s.cfg.Clock.Now()
+	ahead := s.storedSeq.Load()
+	queued, _, _ := sub.Pending()
+	if ahead <= p.last || p.last != pr.last || queued > 0 || pr.since.IsZero() {
+		pr.last, pr.since = p.last, now
+		return nil
+	}
+	if d := now.Sub(pr.since); d >= s.stuckAfter() {
+		return fmt.Errorf("jetstream: the watch delivered nothing for %v, at revision %d, while revision %d was stored", d.Round(time.Millisecond), p.last, ahead)
+	}
+	return nil
 }
 
 // pass is what a pass of Watch has delivered.

@@ -157,27 +157,32 @@ func (n *nemesis) pair() (*fault, *fault, bool) {
 	return o[0], o[1], true
 }
 
-// twoAtOnce injects a, then b while a holds; heals b, then a. A process
-// that b restarts may not come back while a holds (a worker cut from every
-// server exits at start-up once JetStream has not answered for 15 s): it
-// is started again once a is healed, as a supervisor would, and the event
-// says so.
+// twoAtOnce injects a, then b while a holds; heals b, then a, which holds
+// for a.hold whatever b's heal takes (b's heal, a worker's restart, runs
+// meanwhile): a partition holds a message no longer in a pair than alone,
+// as the checker's lag assumes. A process that b restarts may not come
+// back while a holds (a worker cut from every server exits at start-up
+// once JetStream has not answered for 15 s): it is started again once a
+// is healed, as a supervisor would, and the event says so.
 func (n *nemesis) twoAtOnce(a, b *fault) error {
-	start := n.h.now()
+	start, began := n.h.now(), time.Now()
+	healedB := make(chan error, 1) // b's heal, run while a holds
 	err := a.inject()
-	var retry error // b's heal that failed while a held
 	if err == nil {
 		err = b.inject()
-		if err == nil && b.heal != nil {
-			time.Sleep(min(a.hold, b.hold)) // the faults' overlap
-			retry = b.heal()
-		}
 	}
-	time.Sleep(max(0, a.hold-b.hold))
+	if err == nil && b.heal != nil {
+		time.Sleep(min(a.hold, b.hold)) // the faults' overlap
+		go func() { healedB <- b.heal() }()
+	} else {
+		healedB <- nil
+	}
+	time.Sleep(max(0, a.hold-time.Since(began)))
 	heal := n.h.now()
 	if a.heal != nil {
 		err = cmpErr(err, a.heal())
 	}
+	retry := <-healedB // b's heal that failed while a held
 	what := a.what + " WITH " + b.what
 	if retry != nil && err == nil {
 		what += "; " + firstLine(retry.Error()) + ": done again after the heal"

@@ -1,0 +1,61 @@
+package chaos
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// In a pair, the first fault (a partition) is healed after its own hold
+// even while the second's heal (a worker's restart) is still going on: a
+// pair held a partition for the restart's time plus its hold, 11 s in a
+// 10-minute run, past the checker's lag. Here b's heal waits until a is
+// healed; done the old way round, it would wait for ever.
+func TestPairHealsTheFirstFaultAfterItsHoldWhileTheSecondHeals(t *testing.T) {
+	n := &nemesis{h: newHistory()}
+	aHealed := make(chan struct{})
+	a := &fault{kind: kindPartition, what: "a", hold: 50 * time.Millisecond,
+		inject: func() error { return nil },
+		heal:   func() error { close(aHealed); return nil }}
+	b := &fault{kind: kindProcess, what: "b",
+		inject: func() error { return nil },
+		heal: func() error {
+			select {
+			case <-aHealed:
+				return nil
+			case <-time.After(10 * time.Second):
+				return errors.New("a was not healed while b healed")
+			}
+		}}
+	require.NoError(t, n.twoAtOnce(a, b))
+	require.Len(t, n.log, 1)
+	assert.Equal(t, "partition+process", n.log[0].kind)
+	assert.NotContains(t, n.log[0].action, "done again")
+}
+
+// A second fault whose heal fails while the first holds is healed again
+// once the first is healed, and the event says so.
+func TestPairHealsTheSecondAgainWhenItsHealFailedDuringTheFirst(t *testing.T) {
+	n := &nemesis{h: newHistory()}
+	healedA := false
+	a := &fault{kind: kindPartition, what: "a", hold: 10 * time.Millisecond,
+		inject: func() error { return nil },
+		heal:   func() error { healedA = true; return nil }}
+	calls := 0
+	b := &fault{kind: kindProcess, what: "b",
+		inject: func() error { return nil },
+		heal: func() error {
+			calls++
+			if calls == 1 {
+				return errors.New("exited at start-up")
+			}
+			assert.True(t, healedA, "the second heal comes after the first fault's")
+			return nil
+		}}
+	require.NoError(t, n.twoAtOnce(a, b))
+	assert.Equal(t, 2, calls)
+	assert.Contains(t, n.log[0].action, "exited at start-up: done again after the heal")
+}

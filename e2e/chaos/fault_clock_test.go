@@ -20,13 +20,32 @@ func (s *system) clockFile(w int) string {
 // clockFault draws a clock fault on one worker (a worker built with the
 // chaosclock tag, given its control file): its clock jumps forward or back
 // (its total jump stays within maxJump, and stays), or runs at x0.5 or x2
-// for a few seconds, then at x1 again.
+// for a few seconds, then at x1 again; or, one time in four, two workers'
+// clocks jump at once.
 func (n *nemesis) clockFault() *fault {
 	w := n.rng.IntN(len(n.s.workers))
-	if n.rng.IntN(2) == 0 {
+	switch x := n.rng.IntN(4); {
+	case x == 0 && len(n.s.workers) > 1:
+		return n.clockJumps(w, (w+1+n.rng.IntN(len(n.s.workers)-1))%len(n.s.workers))
+	case x < 2:
 		return n.clockJump(w)
+	default:
+		return n.clockRate(w)
 	}
-	return n.clockRate(w)
+}
+
+// clockJumps jumps the clocks of workers v and w at once, each as
+// clockJump does (the lease's holder and a waiter may then disagree by up
+// to twice maxJump).
+func (n *nemesis) clockJumps(v, w int) *fault {
+	a, b := n.clockJump(v), n.clockJump(w)
+	return &fault{kind: kindClock, what: a.what + " AND " + b.what,
+		inject: func() error {
+			if err := a.inject(); err != nil {
+				return err
+			}
+			return b.inject()
+		}}
 }
 
 // clockOf returns worker w's clock setting, its control file and its name.

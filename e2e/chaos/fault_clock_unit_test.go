@@ -3,6 +3,7 @@ package chaos
 import (
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 func TestClockFaultsWriteControlsWithinTheirBounds(t *testing.T) {
 	s := &system{clockDir: t.TempDir(), workers: []*proc{{name: "worker 0"}, {name: "worker 1"}}}
 	n := &nemesis{s: s, rng: rand.New(rand.NewPCG(3, 0))}
-	jumps, rates := 0, 0
+	jumps, rates, pairs := 0, 0, 0
 	offsets := make([]time.Duration, len(s.workers))
 	for range 200 {
 		f := n.clockFault()
@@ -38,6 +39,9 @@ func TestClockFaultsWriteControlsWithinTheirBounds(t *testing.T) {
 		}
 		if f.heal == nil {
 			jumps++
+			if strings.Contains(f.what, " AND ") {
+				pairs++
+			}
 			continue
 		}
 		rates++
@@ -53,4 +57,5 @@ func TestClockFaultsWriteControlsWithinTheirBounds(t *testing.T) {
 	}
 	assert.Positive(t, jumps)
 	assert.Positive(t, rates)
+	assert.Positive(t, pairs, "two workers' clocks jumped at once")
 }

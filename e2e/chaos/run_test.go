@@ -250,11 +250,20 @@ func (s *system) staleWindows(evs []event) [][2]int64 {
 
 // finalGets gets the state, recording each get, until finalGets gets in a
 // row agree and every worker answered one of them; it returns the last.
+// The gets go out through each server in turn: a server hands a request
+// to a member of the queue group connected to it when there is one, so
+// gets sent through one server may never reach a worker on another.
 func (s *system) finalGets(t *testing.T, h *history, id int) op {
-	nc, err := s.connect("chaos final gets")
-	require.NoError(t, err)
-	defer nc.Close()
-	c := &client{id: id, nc: nc, h: h, timeout: requestTimeout}
+	var clients []*client
+	for _, url := range strings.Split(s.urls, ",") {
+		nc, err := nats.Connect(url, nats.Name("chaos final gets"), nats.Timeout(2*time.Second),
+			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+		require.NoError(t, err)
+		defer nc.Close()
+		clients = append(clients, &client{id: id, nc: nc, h: h, timeout: requestTimeout})
+	}
+	nc := clients[0].nc
+	sent := 0 // gets sent, each through the next server
 	deadline := time.Now().Add(convergeWithin)
 	var last op
 	var before map[string]int
@@ -264,7 +273,8 @@ func (s *system) finalGets(t *testing.T, h *history, id int) op {
 		if n == 0 {
 			before = getCounts(t, nc)
 		}
-		o := c.do(input{kind: opGet})
+		o := clients[sent%len(clients)].do(input{kind: opGet})
+		sent++
 		h.add(o)
 		switch {
 		case o.out.status != stOK:

@@ -44,6 +44,7 @@ type nemesis struct {
 	nc    *nats.Conn          // the nemesis's own connection, to every server directly
 	js    jetstream.JetStream // nil without JetStream
 	kinds []string            // the kinds it injects (kinds.go)
+	drawn map[string]int      // how many faults of each kind pickKind drew
 	combo bool                // sometimes two faults at once
 	flap  time.Duration       // how long a flapping partition lasts
 	id    int                 // the client id of its own writes in the history
@@ -92,19 +93,40 @@ func (n *nemesis) act() error {
 // behind until it is restarted), so it comes less often.
 var weights = map[string]int{kindProcess: 3, kindPartition: 3, kindDisk: 1, kindCorrupt: 2, kindClock: 2}
 
-// pickKind draws one of the nemesis's kinds by weight.
+// coverEach is how many faults of each kind a run draws before the
+// weights decide: a short run of a few kinds injects each of them.
+const coverEach = 2
+
+// pickKind draws one of the nemesis's kinds by weight, among those drawn
+// fewer than coverEach times while there are such.
 func (n *nemesis) pickKind() string {
-	total := 0
+	if n.drawn == nil {
+		n.drawn = map[string]int{}
+	}
+	kinds := n.kinds
+	var short []string
 	for _, k := range n.kinds {
+		if n.drawn[k] < coverEach {
+			short = append(short, k)
+		}
+	}
+	if len(short) > 0 {
+		kinds = short
+	}
+	total := 0
+	for _, k := range kinds {
 		total += weights[k]
 	}
 	x := n.rng.IntN(total)
-	for _, k := range n.kinds {
-		if x -= weights[k]; x < 0 {
-			return k
+	k := kinds[0]
+	for _, c := range kinds {
+		if x -= weights[c]; x < 0 {
+			k = c
+			break
 		}
 	}
-	return n.kinds[0]
+	n.drawn[k]++
+	return k
 }
 
 // draw returns a fault of kind.

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -58,4 +59,21 @@ func TestPairHealsTheSecondAgainWhenItsHealFailedDuringTheFirst(t *testing.T) {
 	require.NoError(t, n.twoAtOnce(a, b))
 	assert.Equal(t, 2, calls)
 	assert.Contains(t, n.log[0].action, "exited at start-up: done again after the heal")
+}
+
+// A run draws each of its kinds coverEach times before the weights
+// decide, so that a short run of a few kinds injects each of them, the
+// rare disk faults too.
+func TestNemesisDrawsEachKindTwiceFirst(t *testing.T) {
+	kinds := []string{kindPartition, kindClock, kindDisk, kindCorrupt}
+	for seed := range uint64(20) {
+		n := &nemesis{kinds: kinds, rng: rand.New(rand.NewPCG(seed, 0))}
+		got := map[string]int{}
+		for range coverEach * len(kinds) {
+			got[n.pickKind()]++
+		}
+		for _, k := range kinds {
+			assert.Equal(t, coverEach, got[k], "seed %d: %s in the first %d draws", seed, k, coverEach*len(kinds))
+		}
+	}
 }

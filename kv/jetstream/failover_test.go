@@ -23,13 +23,7 @@ import (
 // attempts, says so, and opens the bucket there, instead of exiting when
 // its start-up bound ends.
 func TestOpenMovesToAnotherServerWhenJetStreamKeepsFailingThroughOne(t *testing.T) {
-	broken := natstest.Start(t, nil) // no JetStream; a responder answers its API as a failed one does
-	answer := connectTo(t, broken)
-	_, err := answer.Subscribe("$JS.API.>", func(m *nats.Msg) {
-		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.error","error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`))
-	})
-	require.NoError(t, err)
-	require.NoError(t, answer.Flush())
+	broken := failedJetStream(t)
 	good := startJetStream(t)
 
 	nc, err := nats.Connect(broken.ClientURL()+","+good.ClientURL(), nats.DontRandomize(),
@@ -58,18 +52,27 @@ func TestOpenMovesToAnotherServerWhenJetStreamKeepsFailingThroughOne(t *testing.
 // With one server in its pool, Open stays on it and ends, as before, with
 // the last reason JetStream gave.
 func TestOpenWithOneServerStaysAndEndsWithTheReason(t *testing.T) {
-	broken := natstest.Start(t, &server.Options{})
-	answer := connectTo(t, broken)
+	broken := failedJetStream(t)
+	nc := connectTo(t, broken)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err := jetstream.Open(ctx, nc, jetstream.Config{Bucket: "stays", ProbeInterval: 50 * time.Millisecond})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "temporarily unavailable")
+	assert.Equal(t, broken.ClientURL(), nc.ConnectedUrl())
+}
+
+// failedJetStream starts a server without JetStream whose JetStream API a
+// responder answers as a server whose JetStream failed does: "temporarily
+// unavailable", to every request.
+func failedJetStream(t *testing.T) *server.Server {
+	t.Helper()
+	srv := natstest.Start(t, nil)
+	answer := connectTo(t, srv)
 	_, err := answer.Subscribe("$JS.API.>", func(m *nats.Msg) {
 		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.error","error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`))
 	})
 	require.NoError(t, err)
 	require.NoError(t, answer.Flush())
-	nc := connectTo(t, broken)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	_, err = jetstream.Open(ctx, nc, jetstream.Config{Bucket: "stays", ProbeInterval: 50 * time.Millisecond})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "temporarily unavailable")
-	assert.Equal(t, broken.ClientURL(), nc.ConnectedUrl())
+	return srv
 }

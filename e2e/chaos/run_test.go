@@ -256,8 +256,7 @@ func (s *system) staleWindows(evs []event) [][2]int64 {
 func (s *system) finalGets(t *testing.T, h *history, id int) op {
 	var clients []*client
 	for _, url := range strings.Split(s.urls, ",") {
-		nc, err := nats.Connect(url, nats.Name("chaos final gets"), nats.Timeout(2*time.Second),
-			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+		nc, err := connectTo(url, "chaos final gets")
 		require.NoError(t, err)
 		defer nc.Close()
 		clients = append(clients, &client{id: id, nc: nc, h: h, timeout: requestTimeout})

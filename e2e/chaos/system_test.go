@@ -152,8 +152,12 @@ func (s *system) startWorkers(t testing.TB) {
 }
 
 // connect opens a connection that reconnects forever to any server.
-func (s *system) connect(name string) (*nats.Conn, error) {
-	return nats.Connect(s.urls, nats.Name(name), nats.Timeout(2*time.Second),
+func (s *system) connect(name string) (*nats.Conn, error) { return connectTo(s.urls, name) }
+
+// connectTo connects to urls (comma-separated) as the nemesis's clients
+// do: it keeps retrying and reconnecting.
+func connectTo(urls, name string) (*nats.Conn, error) {
+	return nats.Connect(urls, nats.Name(name), nats.Timeout(2*time.Second),
 		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 }
 

@@ -167,7 +167,8 @@ func TestWorkerWithJetStreamExitsWhenTheStreamLeaderIsOlderThan2_11(t *testing.T
 	require.True(t, ok, "the worker did not exit; stderr:\n%s", p.stderr.String())
 	stderr := p.stderr.String()
 	assert.Equal(t, 1, code, "exit code; stderr:\n%s", stderr)
-	lines := linesMatching(stderr, regexp.MustCompile(`the stream leader of bucket flow_state does not enforce subject-fenced writes `+
+	lines := linesMatching(stderr, regexp.MustCompile(`the stream leader of bucket flow_state \(server old\) stored a write fenced on a sequence number `+
+		`that its epoch key does not have: it does not enforce subject-fenced writes `+
 		`\(Nats-Expected-Last-Subject-Sequence-Subject; connected to nats-server 2\.15\.\d+\); `+
 		`a shared state needs nats-server 2\.11 or newer on every server`))
 	assert.Len(t, lines, 1, "one line naming both versions; stderr:\n%s", stderr)

@@ -69,8 +69,11 @@
 // from nats-server 2.11 (RequiredServerVersion); an older leader ignores
 // it and stores the write. Open refuses such a server with a
 // *ServerTooOldError: at once when the connected server's INFO names an
-// older version, and otherwise after a probe write on the bucket's stream
-// leader (another server, in a cluster in the middle of an upgrade).
+// older version, and otherwise when the bucket's stream leader (another
+// server, in a cluster in the middle of an upgrade) stores a probe write
+// whose fence cannot hold. A refused probe proves nothing (the fenced key
+// may have moved, or a leader just elected may be behind): Open retries it
+// like any unavailability.
 //
 // Writes in flight: PutAsync (the put of a state.Store) publishes a put
 // without waiting, up to Window at once, and answers each with the

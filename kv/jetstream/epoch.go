@@ -70,9 +70,7 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
-	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
-	msg.Header.Set("KV-Operation", "DEL")
-	ack, err := s.js.PublishMsg(ctx, msg)
+	ack, err := s.deleteProbeKey(ctx)
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
@@ -110,4 +108,13 @@ func (s *Store) lastEpoch() string {
 		return e.name
 	}
 	return ""
+}
+
+// deleteProbeKey writes a deletion of ProbeKey, under opts: the store's
+// writes that change no key a reader looks at (the read barrier, the
+// fencing probes).
+func (s *Store) deleteProbeKey(ctx context.Context, opts ...natsjs.PublishOpt) (*natsjs.PubAck, error) {
+	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
+	msg.Header.Set("KV-Operation", "DEL")
+	return s.js.PublishMsg(ctx, msg, opts...)
 }

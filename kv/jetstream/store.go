@@ -43,6 +43,10 @@ type Store struct {
 	closed  bool
 	stop    chan struct{} // closed by Close
 	wg      sync.WaitGroup
+
+	// afterFenceRead, if set by a test, runs between checkFencing's read
+	// of the epoch key's sequence number and its first probe.
+	afterFenceRead func()
 }
 
 // handles are the bucket's handles, replaced when the bucket is recreated.

@@ -25,22 +25,30 @@ const RequiredServerVersion = "2.11"
 var ErrServerTooOld = errors.New("jetstream: nats-server too old")
 
 // ServerTooOldError says which server does not enforce subject-fenced
-// writes. Its message is one line that names the version found and the one
-// required.
+// writes, and how that was seen. Its message is one line that names the
+// version or the write found and the version required.
 type ServerTooOldError struct {
 	// Version is the connected server's, as its INFO gives it.
 	Version string
-	// Bucket is set when the connected server is recent enough but the
-	// probe write found that the bucket's stream leader, another server,
-	// does not enforce the fence (a cluster in the middle of an upgrade).
+	// Bucket is set when the connected server is recent enough but a probe
+	// write found that the bucket's stream leader, another server, stored
+	// a write whose fence did not hold (a cluster in the middle of an
+	// upgrade).
 	Bucket string
+	// Leader names the stream leader that stored the probe, when the
+	// stream's information named one.
+	Leader string
 }
 
 func (e *ServerTooOldError) Error() string {
 	if e.Bucket != "" {
-		return fmt.Sprintf("the stream leader of bucket %s does not enforce subject-fenced writes "+
-			"(Nats-Expected-Last-Subject-Sequence-Subject; connected to nats-server %s); "+
-			"a shared state needs nats-server %s or newer on every server", e.Bucket, e.Version, RequiredServerVersion)
+		leader := ""
+		if e.Leader != "" {
+			leader = " (server " + e.Leader + ")"
+		}
+		return fmt.Sprintf("the stream leader of bucket %s%s stored a write fenced on a sequence number that its epoch key does not have: "+
+			"it does not enforce subject-fenced writes (Nats-Expected-Last-Subject-Sequence-Subject; connected to nats-server %s); "+
+			"a shared state needs nats-server %s or newer on every server", e.Bucket, leader, e.Version, RequiredServerVersion)
 	}
 	return fmt.Sprintf("nats-server %s does not enforce subject-fenced writes (Nats-Expected-Last-Subject-Sequence-Subject); "+
 		"a shared state needs nats-server %s or newer", e.Version, RequiredServerVersion)
@@ -72,50 +80,98 @@ func majorMinor(v string) (major, minor int, ok bool) {
 }
 
 // checkFencing is the authoritative check, made on the bucket's stream
-// leader, which is the server that enforces the header: two deletions of
-// ProbeKey fenced on the epoch key.
+// leader, which is the server that enforces the header. It writes
+// deletions of ProbeKey fenced on the epoch key, and calls the leader old
+// only on a write that a leader enforcing the fence cannot have stored:
 //
-//   - The first is fenced on the epoch key's sequence number, which holds:
-//     a leader that enforces the fence stores it; an older leader compares
-//     the number with ProbeKey's own last sequence (another message, so
-//     another number) and refuses it.
-//   - The second is fenced on the sequence number the first write got,
-//     which is ProbeKey's, not the epoch key's: a leader that enforces the
-//     fence refuses it; one that ignores it stores it.
+//   - The first is fenced on the epoch key's sequence number. A leader that
+//     enforces the fence stores it; an older one compares the number with
+//     ProbeKey's own last sequence (another message, so another number)
+//     and refuses it.
+//   - Stored, the second is fenced on the sequence number the first got,
+//     which is ProbeKey's: a leader that enforces the fence refuses it, an
+//     older one stores it.
+//   - Refused, the first says nothing for sure: the epoch key may have
+//     moved since it was read, or a leader just elected may not have
+//     applied every write yet (seen with the stream leader cut off from
+//     the other servers). So the second is fenced on ProbeKey's own last
+//     sequence: again a leader that enforces the fence refuses it, and an
+//     older one stores it. Refused too, the answer is not known yet: an
+//     error wrapping kv.ErrUnavailable that names what the leader
+//     answered, which Open retries like any unavailability.
 //
-// The epoch key may change between the read and the write (another worker
-// clears the bucket), so a refused first write is tried again. Its sequence
-// number is read from the leader: a get may be answered by a follower that
-// has not applied the epoch key's last write yet (seen right after a purge,
-// on an R3 bucket: the worker had just created the key and was told it was
-// not there).
+// The epoch key's sequence number is read from the leader: a get may be
+// answered by a follower that has not applied the epoch key's last write
+// yet (seen right after a purge, on an R3 bucket: the worker had just
+// created the key and was told it was not there).
 func (s *Store) checkFencing(ctx context.Context) error {
-	for range 3 {
-		if _, err := s.Epoch(ctx); err != nil {
-			return err
-		}
-		seq, err := s.leaderSeqOf(ctx, s.cfg.EpochKey)
-		if err != nil {
-			return err
-		}
-		ack, err := s.fencedProbe(ctx, seq)
-		if isWrongLastSequence(err) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		_, err = s.fencedProbe(ctx, ack.Sequence)
-		switch {
-		case isWrongLastSequence(err):
-			return nil
-		case err == nil:
-			return &ServerTooOldError{Version: s.nc.ConnectedServerVersion(), Bucket: s.cfg.Bucket}
-		default:
-			return err
-		}
+	if _, err := s.Epoch(ctx); err != nil {
+		return err
 	}
-	return &ServerTooOldError{Version: s.nc.ConnectedServerVersion(), Bucket: s.cfg.Bucket}
+	epochSeq, err := s.leaderSeqOf(ctx, s.cfg.EpochKey)
+	if err != nil {
+		return err
+	}
+	if s.afterFenceRead != nil {
+		s.afterFenceRead()
+	}
+	ack, first := s.fencedProbe(ctx, epochSeq)
+	if first != nil && !isWrongLastSequence(first) {
+		return first
+	}
+	var probeSeq uint64
+	if first == nil {
+		probeSeq = ack.Sequence
+	} else if probeSeq, err = s.probeKeySeq(ctx); err != nil {
+		return err
+	}
+	_, second := s.fencedProbe(ctx, probeSeq)
+	switch {
+	case second == nil:
+		return &ServerTooOldError{Version: s.nc.ConnectedServerVersion(), Bucket: s.cfg.Bucket, Leader: s.streamLeader(ctx)}
+	case !isWrongLastSequence(second):
+		return second
+	case first == nil:
+		return nil
+	}
+	return fmt.Errorf("%w: subject-fenced writes not confirmed yet: the stream leader%s refused a probe fenced on the epoch key's sequence %d (%v) "+
+		"and one fenced on the probe key's %d (%v)", kv.ErrUnavailable, s.leaderSuffix(ctx), epochSeq, first, probeSeq, second)
+}
+
+// probeKeySeq returns the sequence number of ProbeKey's last write as the
+// stream's leader has it, writing a deletion of the key first if it has
+// none.
+func (s *Store) probeKeySeq(ctx context.Context) (uint64, error) {
+	if seq, err := s.leaderSeqOf(ctx, s.cfg.ProbeKey); err == nil || !errors.Is(err, errKeyGone) {
+		return seq, err
+	}
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	ack, err := s.deleteProbeKey(ctx)
+	if err != nil {
+		return 0, s.wrap("write the probe key", err)
+	}
+	return ack.Sequence, nil
+}
+
+// streamLeader names the bucket's stream leader as the stream's
+// information gives it now, or "" if it names none.
+func (s *Store) streamLeader(ctx context.Context) string {
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	info, err := s.handles().stream.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
+}
+
+// leaderSuffix is " (server NAME)" for the stream's leader, or "".
+func (s *Store) leaderSuffix(ctx context.Context) string {
+	if l := s.streamLeader(ctx); l != "" {
+		return " (server " + l + ")"
+	}
+	return ""
 }
 
 // fencedProbe writes a deletion of ProbeKey if the last write of the epoch
@@ -123,14 +179,15 @@ func (s *Store) checkFencing(ctx context.Context) error {
 func (s *Store) fencedProbe(ctx context.Context, seq uint64) (*natsjs.PubAck, error) {
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
-	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
-	msg.Header.Set("KV-Operation", "DEL")
-	ack, err := s.js.PublishMsg(ctx, msg, natsjs.WithExpectLastSequenceForSubject(seq, s.subject(s.cfg.EpochKey)))
+	ack, err := s.deleteProbeKey(ctx, natsjs.WithExpectLastSequenceForSubject(seq, s.subject(s.cfg.EpochKey)))
 	if err != nil && !isWrongLastSequence(err) {
 		return nil, s.wrap("probe fenced writes", err)
 	}
 	return ack, err
 }
+
+// errKeyGone is wrapped by leaderSeqOf's error for a key with no write.
+var errKeyGone = errors.New("the bucket was wiped")
 
 // leaderSeqOf returns the sequence number of key's last write as the
 // stream's leader has it (Get may be answered by a follower). A key that is
@@ -141,7 +198,7 @@ func (s *Store) leaderSeqOf(ctx context.Context, key string) (uint64, error) {
 	defer cancel()
 	m, err := s.legacy.GetLastMsg(s.stream, s.subject(key), nats.Context(ctx))
 	if errors.Is(err, nats.ErrMsgNotFound) {
-		return 0, fmt.Errorf("%w: %s is gone: the bucket was wiped", kv.ErrUnavailable, key)
+		return 0, fmt.Errorf("%w: %s is gone: %w", kv.ErrUnavailable, key, errKeyGone)
 	}
 	if err != nil {
 		return 0, s.wrap("read "+key, err)

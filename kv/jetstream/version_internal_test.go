@@ -73,3 +73,41 @@ func TestServerTooOldErrorIsOneLineNamingBothVersions(t *testing.T) {
 		assert.Contains(t, msg, "Nats-Expected-Last-Subject-Sequence-Subject")
 	}
 }
+
+// TestCheckFencingDoesNotCallAModernLeaderOldWhenTheEpochKeyMoves moves the
+// epoch key between checkFencing's read of its sequence number and the
+// first probe, every time, as a key rewritten meanwhile or a leader behind
+// the one read from would: the probe fenced on it is refused. That proves
+// nothing about the leader's version, so the check says the answer is not
+// known yet (Open retries), names what the leader answered, and passes once
+// the key holds still.
+func TestCheckFencingDoesNotCallAModernLeaderOldWhenTheEpochKeyMoves(t *testing.T) {
+	srv := natstest.Start(t, &server.Options{JetStream: true})
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	st, err := Open(t.Context(), nc, Config{Bucket: "moving_epoch"})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+
+	epoch, err := st.Epoch(t.Context())
+	require.NoError(t, err)
+	moved := 0
+	st.afterFenceRead = func() {
+		_, err := st.handles().bucket.Put(t.Context(), st.cfg.EpochKey, []byte(epoch)) // the same epoch, a new sequence
+		require.NoError(t, err)
+		moved++
+	}
+	for range 5 {
+		err = st.checkFencing(t.Context())
+		require.Error(t, err)
+		assert.NotErrorIs(t, err, ErrServerTooOld)
+		assert.ErrorIs(t, err, kv.ErrUnavailable, "retried by Open like any unavailability")
+		assert.Regexp(t, `subject-fenced writes not confirmed yet: the stream leader( \(server \S+\))? refused a probe fenced on the epoch key's sequence \d+ \(.*wrong last sequence.*\) and one fenced on the probe key's \d+ \(.*wrong last sequence.*\)`, err.Error())
+		assert.NotContains(t, err.Error(), "2.11")
+	}
+	assert.Equal(t, 5, moved)
+
+	st.afterFenceRead = nil
+	require.NoError(t, st.checkFencing(t.Context()), "the key holds still: the leader enforces the fence")
+}

@@ -30,7 +30,8 @@ func (e *NotEnabledError) Error() string {
 	if e.Account {
 		return fmt.Sprintf("JetStream is not enabled for the worker's account on %s: enable it for the account (jetstream: enabled, or account limits in the server's configuration)", e.Server)
 	}
-	return fmt.Sprintf("%s has no JetStream: start nats-server with -js (or a jetstream {} block in its configuration), or enable JetStream for the worker's account", e.Server)
+	return fmt.Sprintf("%s has no JetStream: start nats-server with -js (or a jetstream {} block in its configuration), or enable JetStream for the worker's account; "+
+		"a server whose JetStream was disabled by a failed store (a full disk, see its log) answers the same until it is restarted", e.Server)
 }
 
 // Unwrap returns ErrNotEnabled.

@@ -100,17 +100,21 @@ attack:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 10m ./codec/
 
-# The robustness test (e2e/chaos) for CHAOS_DURATION with a random seed, or
-# CHAOS_SEED to replay one: it prints the seed first and one line of figures
-# last; the whole output is in $(BIN)/chaos.log. CHAOS_FAULTS picks the fault
+# The robustness test (e2e/chaos) for CHAOS_DURATION with a random seed,
+# CHAOS_SEED to replay one (or several, comma-separated), or CHAOS_RUNS
+# random seeds one after the other (a campaign: CHAOS_RUNS=10
+# CHAOS_DURATION=5m). Each run prints its seed first and one line of
+# figures last, a campaign one line of the seeds that passed and failed;
+# the whole output is in $(BIN)/chaos.log. CHAOS_FAULTS picks the fault
 # kinds (e.g. CHAOS_FAULTS=partition,process; docs/design.md, "Robustness testing") and
 # CHAOS_STATE=large runs it on a 20,000-flow state.
 CHAOS_DURATION ?= 10m
 CHAOS_SEED     ?=
+CHAOS_RUNS     ?= 1
 
 chaos:
 	mkdir -p $(BIN)
-	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) bash -o pipefail -c \
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_RUNS=$(CHAOS_RUNS) bash -o pipefail -c \
 		'$(GO) test -count=1 -v -timeout 0 -run "^TestChaosLong$$" ./e2e/chaos/ 2>&1 | tee $(BIN)/chaos.log | grep --line-buffered "^chaos: "'
 
 clean:

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +40,11 @@ func TestChaosShort(t *testing.T) {
 }
 
 // TestChaosLong is `make chaos`: CHAOS_DURATION of faults (unset: the test
-// is skipped) of the kinds CHAOS_FAULTS names (unset: every kind), a random seed unless CHAOS_SEED gives one. It prints the seed
-// first and one line of figures last.
+// is skipped) of the kinds CHAOS_FAULTS names (unset: every kind), once
+// per seed: the seeds CHAOS_SEED lists (comma-separated), or CHAOS_RUNS
+// random ones (default 1), one run after the other. Each run prints its
+// seed first and one line of figures last; a campaign of several ends with
+// one line naming the seeds that passed and those that failed.
 func TestChaosLong(t *testing.T) {
 	env := os.Getenv("CHAOS_DURATION")
 	if env == "" {
@@ -50,11 +54,8 @@ func TestChaosLong(t *testing.T) {
 	require.NoError(t, err, "CHAOS_DURATION (for example 10m)")
 	faults, err := parseFaults(os.Getenv("CHAOS_FAULTS"))
 	require.NoError(t, err)
-	seed := rand.Uint64() >> 1
-	if s := os.Getenv("CHAOS_SEED"); s != "" {
-		seed, err = strconv.ParseUint(s, 10, 64)
-		require.NoError(t, err, "CHAOS_SEED")
-	}
+	seeds, err := chaosSeeds(os.Getenv("CHAOS_SEED"), os.Getenv("CHAOS_RUNS"))
+	require.NoError(t, err)
 	large := false
 	switch st := os.Getenv("CHAOS_STATE"); st {
 	case "":
@@ -63,9 +64,60 @@ func TestChaosLong(t *testing.T) {
 	default:
 		t.Fatalf("CHAOS_STATE=%q: the only variant is large (20,000 flows)", st)
 	}
-	fmt.Printf("chaos: seed %d, %v of faults (%s)%s (CHAOS_SEED=%d replays it)\n", seed, d, faults,
-		map[bool]string{true: ", a large state", false: ""}[large], seed)
-	js, mem := runBoth(t, runSpec{seed: seed, duration: d, faults: faults, flap: flapFor, large: large})
+	var passed, failed []string
+	for _, seed := range seeds {
+		ok := t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
+			chaosRun(t, runSpec{seed: seed, duration: d, faults: faults, flap: flapFor, large: large})
+		})
+		if ok {
+			passed = append(passed, strconv.FormatUint(seed, 10))
+		} else {
+			failed = append(failed, strconv.FormatUint(seed, 10))
+		}
+	}
+	if len(seeds) > 1 {
+		fmt.Printf("chaos: %d runs of %v: %d passed [%s], %d failed [%s]\n", len(seeds), d,
+			len(passed), strings.Join(passed, " "), len(failed), strings.Join(failed, " "))
+	}
+}
+
+// maxChaosRuns bounds CHAOS_RUNS.
+const maxChaosRuns = 100
+
+// chaosSeeds returns the seeds of a campaign: those of list
+// (comma-separated), if any, or runs random ones (default 1).
+func chaosSeeds(list, runs string) ([]uint64, error) {
+	if list != "" {
+		var seeds []uint64
+		for _, f := range strings.Split(list, ",") {
+			seed, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("CHAOS_SEED: %q is not a seed (a number, or numbers separated by commas)", f)
+			}
+			seeds = append(seeds, seed)
+		}
+		return seeds, nil
+	}
+	n := 1
+	if runs != "" {
+		var err error
+		if n, err = strconv.Atoi(runs); err != nil || n < 1 || n > maxChaosRuns {
+			return nil, fmt.Errorf("CHAOS_RUNS=%q: a number of runs from 1 to %d", runs, maxChaosRuns)
+		}
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = rand.Uint64() >> 1
+	}
+	return seeds, nil
+}
+
+// chaosRun is one run of a campaign: it prints the seed first and one line
+// of figures last.
+func chaosRun(t *testing.T, spec runSpec) {
+	fmt.Printf("chaos: seed %d, %v of faults (%s)%s (CHAOS_SEED=%d replays it)\n", spec.seed, spec.duration, spec.faults,
+		map[bool]string{true: ", a large state", false: ""}[spec.large], spec.seed)
+	js, mem := runBoth(t, spec)
 	verdict := "linearizable"
 	for _, r := range []runResult{js, mem} {
 		if r.verdict.result == porcupine.Unknown && verdict == "linearizable" {
@@ -85,8 +137,8 @@ func TestChaosLong(t *testing.T) {
 		}
 	}
 	_, worst, _ := summarize(append(append([]recovery(nil), js.recoveries...), mem.recoveries...))
-	fmt.Printf("chaos: %d operations checked (jetstream %d, memory %d), %d faults injected (%s), history %s; worst recovery %s; %d stale gets (allowed around server kills and worker pauses)\n",
-		js.ops+mem.ops, js.ops, mem.ops, len(js.events)+len(mem.events), countKinds(append(append([]event(nil), js.events...), mem.events...)),
+	fmt.Printf("chaos: seed %d: %d operations checked (jetstream %d, memory %d), %d faults injected (%s), history %s; worst recovery %s; %d stale gets (allowed around server kills and worker pauses)\n",
+		spec.seed, js.ops+mem.ops, js.ops, mem.ops, len(js.events)+len(mem.events), countKinds(append(append([]event(nil), js.events...), mem.events...)),
 		verdict, worst, js.stale+mem.stale)
 }
 

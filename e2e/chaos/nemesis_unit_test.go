@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -75,5 +76,27 @@ func TestNemesisDrawsEachKindTwiceFirst(t *testing.T) {
 		for _, k := range kinds {
 			assert.Equal(t, coverEach, got[k], "seed %d: %s in the first %d draws", seed, k, coverEach*len(kinds))
 		}
+	}
+}
+
+func TestChaosSeedsOfACampaign(t *testing.T) {
+	seeds, err := chaosSeeds("1351772025910587525, 4", "")
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{1351772025910587525, 4}, seeds, "a list replays those seeds, in order")
+
+	seeds, err = chaosSeeds("", "10")
+	require.NoError(t, err)
+	assert.Len(t, seeds, 10)
+	for _, s := range seeds {
+		assert.LessOrEqual(t, s, uint64(math.MaxInt64), "a seed fits CHAOS_SEED's parse")
+	}
+
+	seeds, err = chaosSeeds("", "")
+	require.NoError(t, err)
+	assert.Len(t, seeds, 1, "one random seed by default")
+
+	for _, bad := range [][2]string{{"4,x", ""}, {"", "0"}, {"", "101"}, {"", "ten"}} {
+		_, err := chaosSeeds(bad[0], bad[1])
+		assert.Error(t, err, "%q", bad)
 	}
 }

@@ -27,7 +27,7 @@ func BenchmarkDeltaBytes(b *testing.B) {
 		return fl
 	}
 	for node := range uint64(nodes) {
-		if _, err := mgr.MergeFlows(ctx, node, reportOf(node, 0)); err != nil {
+		if _, err := mgr.Merge(ctx, state.Report{Node: node, Flows: reportOf(node, 0)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,7 +45,7 @@ func BenchmarkDeltaBytes(b *testing.B) {
 	for b.Loop() {
 		round++
 		for range perInterval {
-			if _, err := mgr.MergeFlows(ctx, uint64(node%nodes), reportOf(uint64(node%nodes), round)); err != nil {
+			if _, err := mgr.Merge(ctx, state.Report{Node: uint64(node % nodes), Flows: reportOf(uint64(node%nodes), round)}); err != nil {
 				b.Fatal(err)
 			}
 			node++

@@ -12,12 +12,15 @@
 //   - Intake. A Worker holds one queue-group subscription on
 //     <prefix>.heartbeat.*. The NATS client delivers its messages to one
 //     goroutine, in arrival order, and the Worker takes each one there
-//     before the next: reports are never applied in parallel. A Local
-//     state applies each report there (MergeFlows), and the report is
-//     acknowledged once it has returned. A Shared state takes each report
-//     without waiting for its store (Submit, pipeline.go) and answers it,
-//     in arrival order, once its write is stored and applied by this
-//     worker's watch. Either way a get that follows an ack sees the report.
+//     before the next: reports are never applied in parallel. Each report
+//     is one value (heartbeat, intake.go) from its arrival to its answer,
+//     and one type per mode takes it (intake): a Local state applies it
+//     there (localIntake: Merge), and it is acknowledged once that has
+//     returned; a Shared state takes it without waiting for its store
+//     (sharedIntake, pipeline.go: Submit) and answers it, in arrival
+//     order, once its write is stored and applied by this worker's watch,
+//     through the heartbeat's Complete. Either way a get that follows an
+//     ack sees the report.
 //   - Publishing. After a change, the Worker writes the aggregate key
 //     (Shared.Flush) and publishes the aggregate on <prefix>.state and what
 //     changed on <prefix>.state.delta (protocol v2; Config.StateUpdates

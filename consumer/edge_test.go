@@ -25,7 +25,7 @@ func TestCapacityRejectionAnswers507CountsLogsAndChangesNothing(t *testing.T) {
 		if nodeID == 9 {
 			return state.MergeResult{}, &state.CapacityError{Limit: state.LimitMaxNodes, Max: 1, Would: 2}
 		}
-		return fake.Local.MergeFlows(ctx, nodeID, flows)
+		return fake.Local.Merge(ctx, state.Report{Node: nodeID, Flows: flows})
 	}
 	var logs logSink
 	f := startWorkerOn(t, startServer(t, nil), fake, consumer.Config{PublishInterval: 0, Logger: logs.logger()})
@@ -189,7 +189,7 @@ func TestShutdownUnderAFloodReturnsAndCountsWhatItDropped(t *testing.T) {
 	entered := make(chan struct{})
 	fake.merge = func(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
 		if nodeID != 999 {
-			return fake.Local.MergeFlows(ctx, nodeID, flows)
+			return fake.Local.Merge(ctx, state.Report{Node: nodeID, Flows: flows})
 		}
 		close(entered)
 		select {

@@ -41,5 +41,5 @@ func (w *Worker) evictSweep(cutoff time.Time, ttl time.Duration) {
 	if err != nil {
 		w.logThrottled(errorLevel, "node eviction failed", slog.Any("err", err))
 	}
-	w.localChanged(res)
+	w.in.changed(res)
 }

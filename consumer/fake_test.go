@@ -34,11 +34,11 @@ func newFakeState() *fakeState {
 	return &fakeState{Local: state.NewManager(state.Options{})}
 }
 
-func (s *fakeState) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error) {
+func (s *fakeState) Merge(ctx context.Context, rep state.Report) (state.MergeResult, error) {
 	if s.merge != nil {
-		return s.merge(ctx, nodeID, flows)
+		return s.merge(ctx, rep.Node, rep.Flows)
 	}
-	return s.Local.MergeFlows(ctx, nodeID, flows)
+	return s.Local.Merge(ctx, rep)
 }
 
 func (s *fakeState) Version(ctx context.Context) (flowstate.Version, error) {

@@ -34,7 +34,7 @@ func (w *Worker) serveGet(req micro.Request) error {
 			reason: "Accept: application/json cannot be chunked (Flow-State-Chunks: 1)"}
 	}
 	ctx := w.ctx
-	if err := w.readBarrier(ctx); err != nil {
+	if err := w.in.sync(ctx); err != nil {
 		// A shared store's read barrier failed: this worker cannot tell
 		// that its state holds every acked report, so it answers 503
 		// rather than a state older than an ack (the client asks again).
@@ -63,15 +63,6 @@ func (w *Worker) serveGet(req micro.Request) error {
 		return req.Respond(body, micro.WithHeaders(micro.Headers(h)))
 	})
 	return err
-}
-
-// readBarrier waits, with a shared state, until the state holds every
-// report any worker acknowledged before the get.
-func (w *Worker) readBarrier(ctx context.Context) error {
-	if w.shared == nil {
-		return nil // the state is this worker's own: it holds every report it acked
-	}
-	return w.shared.Sync(ctx)
 }
 
 // wantsJSON reports whether an Accept header asks for JSON.

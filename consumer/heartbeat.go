@@ -7,14 +7,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// handleHeartbeat applies one report. The client library calls it from one
-// goroutine, in arrival order. With a pipelined state it only submits the
-// report: the completion stage answers it (pipeline.go).
+// handleHeartbeat takes one report. The client library calls it from one
+// goroutine, in arrival order; the mode's intake gives the report to the
+// state, which answers it now (a local state) or later (a shared one).
 func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	w.stats.received.Add(1)
 	if w.dropping.Load() {
@@ -27,48 +26,28 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	if w.cfg.OnApplied != nil {
 		start = monoNow()
 	}
-	if w.shared != nil {
-		w.submit(msg, start)
-		return
-	}
-	node, hasNode, flows, err := w.decodeReport(msg)
-	var res state.MergeResult
-	if err == nil {
-		res, err = w.local.MergeFlows(w.ctx, w.report.NodeID, flows)
-	}
-	w.answer(msg, node, hasNode, w.report.NodeEpoch, w.report.HasNodeEpoch, start, res, err)
+	w.in.take(msg, start)
 }
 
 // answer acknowledges a report applied, or answers why it was not.
-func (w *Worker) answer(msg *nats.Msg, node uint64, hasNode bool, nodeEpoch uint64, hasNodeEpoch bool,
-	start time.Time, res state.MergeResult, err error) {
+func (w *Worker) answer(h *heartbeat, res state.MergeResult, err error) {
 	if err != nil {
-		v := w.failReport(msg, node, hasNode, err)
-		w.deadLetter(msg, v)
+		v := w.failReport(h.msg, h.node, h.hasNode, err)
+		w.deadLetter(h.msg, v)
 		return
 	}
 	w.stats.applied.Add(1)
 	if w.cfg.OnApplied != nil {
-		w.cfg.OnApplied(appliedSince(start, res))
+		w.cfg.OnApplied(appliedSince(h.start, res))
 	}
-	w.noteNodeEpoch(node, nodeEpoch, hasNodeEpoch)
-	if msg.Reply != "" {
-		if err := msg.RespondMsg(&nats.Msg{Header: versionHeader(chaosAck(res).Version)}); err != nil {
-			w.logThrottled(slog.LevelWarn, "ack failed", slog.String("subject", cutToken(msg.Subject)),
-				slog.Uint64("node_id", node), slog.Any("err", err))
+	w.noteNodeEpoch(h.rep.Node, h.rep.NodeEpoch, h.rep.HasNodeEpoch)
+	if h.msg.Reply != "" {
+		if err := h.msg.RespondMsg(&nats.Msg{Header: versionHeader(res.Version)}); err != nil {
+			w.logThrottled(slog.LevelWarn, "ack failed", slog.String("subject", cutToken(h.msg.Subject)),
+				slog.Uint64("node_id", h.node), slog.Any("err", err))
 		} else {
 			w.stats.acked.Add(1)
 		}
-	}
-	w.localChanged(res)
-}
-
-// localChanged tells the publisher of a change that a local state made: a
-// shared state signals its changes itself (Shared.Changes), those of its
-// own reports included.
-func (w *Worker) localChanged(res state.MergeResult) {
-	if res.Changed && w.local != nil {
-		w.pub.changed()
 	}
 }
 
@@ -92,23 +71,26 @@ func appliedSince(start time.Time, res state.MergeResult) time.Duration {
 	return res.Applied.Sub(start)
 }
 
-// decodeReport decodes and checks one report into w.report. It returns
-// the node the report is of, once known, and its flows.
-func (w *Worker) decodeReport(msg *nats.Msg) (node uint64, hasNode bool, flows []flowstate.Flow, err error) {
+// decode decodes and checks the report of h.msg into h: the node it is
+// of, once known, and the report (whose flows are w.report's).
+func (w *Worker) decode(h *heartbeat) error {
+	msg := h.msg
 	token := msg.Subject[min(len(w.hbPrefix), len(msg.Subject)):]
 	subjectNode, ok := protocol.ParseNodeToken(token)
 	if !ok {
-		return 0, false, nil, &badReport{kind: "bad_subject", field: "subject",
+		return &badReport{kind: "bad_subject", field: "subject",
 			reason: fmt.Sprintf("node id token %q is not a canonical decimal uint64", cut(token, maxTokenEcho))}
 	}
+	h.node, h.hasNode = subjectNode, true
 	if err := w.dec.Decode(msg.Data, &w.report); err != nil {
-		return subjectNode, true, nil, err
+		return err
 	}
 	if w.report.NodeID != subjectNode {
-		return subjectNode, true, nil, &badReport{kind: "subject_mismatch", field: "node_id",
+		return &badReport{kind: "subject_mismatch", field: "node_id",
 			reason: fmt.Sprintf("body node_id %d differs from the subject's node id %d", w.report.NodeID, subjectNode)}
 	}
-	return subjectNode, true, w.report.Flows, nil
+	h.rep = state.Report{Node: subjectNode, NodeEpoch: w.report.NodeEpoch, HasNodeEpoch: w.report.HasNodeEpoch, Flows: w.report.Flows}
+	return nil
 }
 
 // deadLetter sends a report rejected as bad input (400) to the dead-letter

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -10,74 +9,54 @@ import (
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// The intake pipeline of a shared state (Shared): the heartbeat goroutine
-// decodes a report and gives it to the state (Submit, or Refuse for one
-// that does not decode), which sends its write without waiting for the
-// store; the state answers each report, in arrival order, once its write is
-// stored and applied by this worker's watch, through the report's
-// Completion (inflight), from whichever goroutine found the outcome. Up to
-// Window reports wait for their answers; past that, Submit blocks intake,
-// so that the subscription's pending limits apply.
-
-// inflight is a report between intake and its answer: the state's
-// Completion of it.
-type inflight struct {
-	w            *Worker
-	msg          *nats.Msg
-	node         uint64
-	hasNode      bool
-	nodeEpoch    uint64
-	hasNodeEpoch bool
-	start        time.Time
+// sharedIntake is the intake of a state that several workers share: the
+// heartbeat goroutine decodes a report and gives it to the state (Submit,
+// or Refuse for one that does not decode), which sends its write without
+// waiting for the store; the state answers each report, in arrival order,
+// once its write is stored and applied by this worker's watch, through
+// the report's heartbeat (its Completion), from whichever goroutine found
+// the outcome. Up to the state's window of reports wait for their
+// answers; past that, Submit blocks intake, so that the subscription's
+// pending limits apply.
+type sharedIntake struct {
+	w     *Worker
+	state Shared
 }
 
-var inflightPool = sync.Pool{New: func() any { return new(inflight) }}
-
-// Complete answers the report: the state's answer to it.
-func (it *inflight) Complete(res state.MergeResult, err error) {
-	it.w.answer(it.msg, it.node, it.hasNode, it.nodeEpoch, it.hasNodeEpoch, it.start, res, err)
-	*it = inflight{}
-	inflightPool.Put(it)
-}
-
-var _ state.Completion = (*inflight)(nil)
-
-// submit is handleHeartbeat's path for a shared state: it decodes and
-// checks the report, and gives it to the state, which answers it in its
-// turn.
-func (w *Worker) submit(msg *nats.Msg, start time.Time) {
-	it := inflightPool.Get().(*inflight)
-	it.w, it.msg, it.start = w, msg, start
-	node, hasNode, report, err := w.decodeReport(msg)
-	it.node, it.hasNode = node, hasNode
+func (in sharedIntake) take(msg *nats.Msg, start time.Time) {
+	w := in.w
+	h := heartbeatPool.Get().(*heartbeat)
+	*h = heartbeat{w: w, msg: msg, start: start}
+	err := w.decode(h)
 	if err == nil {
-		it.nodeEpoch, it.hasNodeEpoch = w.report.NodeEpoch, w.report.HasNodeEpoch
-		err = w.shared.Submit(w.ctx, w.report.NodeID, report, it)
+		err = in.state.Submit(w.ctx, h.rep, h)
 	} else {
-		err = w.shared.Refuse(w.ctx, err, it)
+		err = in.state.Refuse(w.ctx, err, h)
 	}
 	if err != nil {
 		// Shutdown gave up on the reports left while the window was full:
 		// this one is dropped unanswered.
-		*it = inflight{}
-		inflightPool.Put(it)
+		*h = heartbeat{}
+		heartbeatPool.Put(h)
 		w.stats.droppedAtStop.Add(1)
 	}
 }
 
-// stopPipeline lets the state answer the reports it holds, within half of
-// what ctx leaves; those still waiting then are answered at once as
+func (in sharedIntake) sync(ctx context.Context) error  { return in.state.Sync(ctx) }
+func (in sharedIntake) flush(ctx context.Context) error { return in.state.Flush(ctx) }
+func (in sharedIntake) loaded() bool                    { return in.state.Loaded() }
+func (in sharedIntake) changed(state.MergeResult)       {}
+
+// drain lets the state answer the reports it holds, within half of what
+// ctx leaves; those still waiting then are answered at once as
 // unavailable (shutting down).
-func (w *Worker) stopPipeline(ctx context.Context) {
-	if w.shared == nil {
-		return
-	}
+func (in sharedIntake) drain(ctx context.Context) {
 	if d, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, time.Until(d)/2, errShuttingDown)
 		defer cancel()
 	}
-	w.shared.Drain(ctx)
+	in.state.Drain(ctx)
 }
 
 // halfBudget fires once half of the time ctx leaves has passed; never

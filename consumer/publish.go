@@ -149,15 +149,13 @@ func (w *Worker) publishState() {
 	w.pubMu.Lock()
 	defer w.pubMu.Unlock()
 	ctx := w.pubCtx
-	if w.shared != nil {
-		if err := w.shared.Flush(ctx); errors.Is(err, state.ErrNotPublisher) {
-			// Another worker of the shared store publishes; when this one
-			// publishes again, its first delta makes clients resync.
-			w.v2.notPublisher = true
-			return
-		} else if err != nil {
-			w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
-		}
+	if err := w.in.flush(ctx); errors.Is(err, state.ErrNotPublisher) {
+		// Another worker of the shared store publishes; when this one
+		// publishes again, its first delta makes clients resync.
+		w.v2.notPublisher = true
+		return
+	} else if err != nil {
+		w.logThrottled(slog.LevelError, "aggregate key write failed", slog.Any("err", err))
 	}
 	if w.cfg.StateUpdates != StateUpdatesFull {
 		w.publishDeltaLocked(ctx)

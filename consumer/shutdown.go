@@ -36,7 +36,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	if err := w.stopIntake(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	w.stopPipeline(ctx) // answers the reports still in flight
+	w.in.drain(ctx) // answers the reports still in flight
 	w.evictor.stop()
 	if err := w.svc.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stop service: %w", err))

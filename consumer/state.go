@@ -30,13 +30,13 @@ type State interface {
 
 // Local is a state that this worker alone holds (a state.Manager, --kv
 // memory): the heartbeat goroutine applies each report before it takes the
-// next, and acks it once MergeFlows has returned.
+// next, and acks it once Merge has returned.
 type Local interface {
 	State
-	// MergeFlows applies a node's report (flows sorted by ID) and says
-	// whether the aggregate changed. An error wrapping state.ErrCapacity
-	// means the report was refused and nothing changed.
-	MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (state.MergeResult, error)
+	// Merge applies a node's report and says whether the aggregate
+	// changed. An error wrapping state.ErrCapacity means the report was
+	// refused and nothing changed.
+	Merge(ctx context.Context, rep state.Report) (state.MergeResult, error)
 }
 
 // Shared is the state of a store that several workers share (a
@@ -46,12 +46,11 @@ type Local interface {
 // publisher of every change it serves.
 type Shared interface {
 	State
-	// Submit takes a report (flows sorted by ID) and answers c, in the
-	// order of the Submit and Refuse calls, once its write is stored and
-	// applied, or with why not. It blocks while the window of reports
-	// waiting for their answers is full, until ctx ends: then it returns
-	// an error and c is not called.
-	Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow, c state.Completion) error
+	// Submit takes a report and answers c, in the order of the Submit and
+	// Refuse calls, once its write is stored and applied, or with why not.
+	// It blocks while the window of reports waiting for their answers is
+	// full, until ctx ends: then it returns an error and c is not called.
+	Submit(ctx context.Context, rep state.Report, c state.Completion) error
 	// Refuse answers c with err in its turn, as Submit does.
 	Refuse(ctx context.Context, err error, c state.Completion) error
 	// Drain waits until every report given is answered, or ctx ends; then

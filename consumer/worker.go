@@ -26,13 +26,10 @@ const errorLevel = slog.LevelError
 // then Start it; Shutdown stops it.
 type Worker struct {
 	nc  *nats.Conn
-	mgr State // the state it serves, in either mode
-	// local is the state of --kv memory, shared the state of a shared
-	// store: exactly one is set, by New or NewShared.
-	local  Local
-	shared Shared
-	cfg    Config
-	log    *slog.Logger
+	mgr State  // the state it serves, in either mode
+	in  intake // how reports reach it: the mode, chosen by New or NewShared
+	cfg Config
+	log *slog.Logger
 
 	hbSubject    string // <prefix>.heartbeat.*
 	hbPrefix     string // <prefix>.heartbeat.
@@ -95,7 +92,7 @@ func New(nc *nats.Conn, local Local, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.local = local
+	w.in = localIntake{w: w, state: local, h: new(heartbeat)}
 	return w, nil
 }
 
@@ -109,7 +106,7 @@ func NewShared(nc *nats.Conn, shared Shared, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.shared = shared
+	w.in = sharedIntake{w: w, state: shared}
 	w.pub.follow(shared.Changes())
 	return w, nil
 }
@@ -237,7 +234,7 @@ func (w *Worker) Ready() error {
 		return errors.New("heartbeat subscription closed")
 	case !w.nc.IsConnected():
 		return errors.New("NATS not connected")
-	case w.shared != nil && !w.shared.Loaded():
+	case !w.in.loaded():
 		return errors.New("state not loaded from the store yet")
 	}
 	return nil

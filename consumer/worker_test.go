@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -263,4 +264,16 @@ func TestWorkerDeadLettersRejectedReportsWithTheReason(t *testing.T) {
 	assert.Contains(t, msg.Header.Get(protocol.HeaderRejectError), "node_id")
 	assert.Equal(t, subject(7), msg.Header.Get(protocol.HeaderRejectSubject))
 	assert.EqualValues(t, 1, f.worker.Stats().RejectedByReason["subject_mismatch"])
+}
+
+// TestModesAreTypes: the memory backend's state and a shared store's are
+// not interchangeable. A Replica is not a Local state (New would run it
+// with no lease check and one blocking write per report), and a Manager is
+// not a Shared one.
+func TestModesAreTypes(t *testing.T) {
+	local, shared := reflect.TypeFor[consumer.Local](), reflect.TypeFor[consumer.Shared]()
+	assert.True(t, reflect.TypeFor[*state.Manager]().Implements(local))
+	assert.False(t, reflect.TypeFor[*state.Manager]().Implements(shared))
+	assert.True(t, reflect.TypeFor[*state.Replica]().Implements(shared))
+	assert.False(t, reflect.TypeFor[*state.Replica]().Implements(local), "consumer.New(nc, replica, cfg) must not compile")
 }

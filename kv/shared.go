@@ -130,7 +130,7 @@ type Watcher interface {
 // that a writer can keep many in flight (a replica's pipelined node writes).
 type AsyncPutter interface {
 	// PutAsync sends a put of key, under cond unless cond is NoCondition,
-	// and calls done once, from any goroutine, with the write's revision;
+	// and calls done.PutDone once, from any goroutine, with the write's revision;
 	// or with an error wrapping ErrRevisionMismatch when cond did not hold
 	// as the store took it (nothing was stored), or wrapping
 	// ErrUnavailable when it was not stored or its outcome is unknown.
@@ -139,8 +139,23 @@ type AsyncPutter interface {
 	// are in flight, until ctx ends. When it returns an error, nothing was
 	// sent and done is not called. value is not retained once PutAsync has
 	// returned.
-	PutAsync(ctx context.Context, key string, value []byte, cond Condition, done func(Revision, error)) error
+	PutAsync(ctx context.Context, key string, value []byte, cond Condition, done PutReceiver) error
 }
+
+// PutReceiver is told the outcome of a put sent with PutAsync: the
+// return leg of an asynchronous write, named so that a reader can follow
+// it from the store to the writer.
+type PutReceiver interface {
+	// PutDone is called once per put, from any goroutine, as
+	// AsyncPutter.PutAsync says. It must return quickly.
+	PutDone(rev Revision, err error)
+}
+
+// PutFunc is a function that is a PutReceiver.
+type PutFunc func(Revision, error)
+
+// PutDone calls f.
+func (f PutFunc) PutDone(rev Revision, err error) { f(rev, err) }
 
 // Shared is a store that several processes use at once.
 type Shared interface {

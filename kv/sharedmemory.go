@@ -124,7 +124,7 @@ func (s *SharedMemory) Put(_ context.Context, key string, value []byte) (Revisio
 
 // PutAsync implements AsyncPutter: it is Put (PutIf under cond), answered
 // by done before it returns, unless HoldPuts holds it.
-func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, cond Condition, done func(Revision, error)) error {
+func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, cond Condition, done PutReceiver) error {
 	s.mu.Lock()
 	if s.holding {
 		s.held = append(s.held, heldPut{key: key, value: clone(value), cond: cond, done: done})
@@ -132,7 +132,7 @@ func (s *SharedMemory) PutAsync(ctx context.Context, key string, value []byte, c
 		return nil
 	}
 	s.mu.Unlock()
-	done(s.putUnder(ctx, key, value, cond))
+	done.PutDone(s.putUnder(ctx, key, value, cond))
 	return nil
 }
 

@@ -13,7 +13,7 @@ type heldPut struct {
 	key      string
 	value    []byte
 	cond     Condition
-	done     func(Revision, error)
+	done     PutReceiver
 	answered bool // ExpireHeldPuts answered it; storing it answers nothing
 }
 
@@ -94,7 +94,7 @@ func (s *SharedMemory) ExpireHeldPuts() {
 	}
 	s.mu.Unlock()
 	for _, p := range expired {
-		p.done(Revision{}, fmt.Errorf("%w: put %s: no answer in time (ExpireHeldPuts)", ErrUnavailable, p.key))
+		p.done.PutDone(Revision{}, fmt.Errorf("%w: put %s: no answer in time (ExpireHeldPuts)", ErrUnavailable, p.key))
 	}
 }
 
@@ -109,7 +109,7 @@ func (s *SharedMemory) ReleasePuts(ctx context.Context) {
 	for _, p := range held {
 		rev, err := s.putUnder(ctx, p.key, p.value, p.cond)
 		if !p.answered {
-			p.done(rev, err)
+			p.done.PutDone(rev, err)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func (n *naiveManager) fill(ctx context.Context, reports []flowstate.FlowStateVa
 type managerMerger struct{ m *state.Manager }
 
 func (mm managerMerger) merge(ctx context.Context, nodeID uint64, v flowstate.FlowStateValue) error {
-	_, err := mm.m.MergeFlows(ctx, nodeID, v.Flows())
+	_, err := mm.m.Merge(ctx, state.Report{Node: nodeID, Flows: v.Flows()})
 	return err
 }
 
@@ -72,7 +72,7 @@ func newMerger(b *testing.B, variant string, reports []flowstate.FlowStateValue)
 	}
 	m := state.NewManager(state.Options{})
 	for node, v := range reports {
-		if _, err := m.MergeFlows(ctx, uint64(node), v.Flows()); err != nil {
+		if _, err := m.Merge(ctx, state.Report{Node: uint64(node), Flows: v.Flows()}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -145,7 +145,7 @@ func BenchmarkMergeFlows(b *testing.B) {
 						StartTime:    1_690_000_000_000 + int64(id),
 					}
 				}
-				if _, err := m.MergeFlows(ctx, uint64(node), report); err != nil {
+				if _, err := m.Merge(ctx, state.Report{Node: uint64(node), Flows: report}); err != nil {
 					b.Fatal(err)
 				}
 			}

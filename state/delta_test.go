@@ -16,11 +16,11 @@ func TestManagerRefusesAReportPastItsLimits(t *testing.T) {
 	before := merge(t, m, 2, value(sizes{3: 3}, nil, nil))
 	dump := m.Dump()
 
-	_, err := m.MergeFlows(t.Context(), 3, nil)
+	_, err := m.Merge(t.Context(), state.Report{Node: 3, Flows: nil})
 	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, state.LimitMaxNodes, ce.Limit)
-	_, err = m.MergeFlows(t.Context(), 2, value(sizes{3: 3, 4: 4}, nil, nil).Flows())
+	_, err = m.Merge(t.Context(), state.Report{Node: 2, Flows: value(sizes{3: 3, 4: 4}, nil, nil).Flows()})
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, state.LimitMaxTotalFlows, ce.Limit)
 	assert.ErrorIs(t, err, state.ErrCapacity)

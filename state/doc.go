@@ -17,7 +17,7 @@
 //
 // Both offer the same reads where they mean the same (Snapshot, Version,
 // Delta, Nodes, EvictSilent, Size); a report goes to a Manager with
-// MergeFlows and to a Replica with Submit.
+// Merge and to a Replica with Submit, each as one Report.
 //
 // It knows the domain, the value and its stored form (package flowstate),
 // package kv and package lease; it does not know NATS
@@ -28,7 +28,7 @@
 //
 // # Rules
 //
-// Arrival order: reports are applied in the order MergeFlows is called (the
+// Arrival order: reports are applied in the order Merge is called (the
 // Manager serialises its callers). A node's report replaces its previous
 // report whole, whatever the times in it, so a node whose clock went back
 // after a restart is not locked out; an empty report removes all of its
@@ -107,7 +107,9 @@
 // with its own write's sequence number. Up to ReplicaOptions.Window
 // reports wait for their answers; past that, Submit blocks. A later stored
 // report of a node supersedes an earlier one that failed: each node's key
-// holds its last write. MergeFlows is Submit, then the outcome.
+// holds its last write. A report's write moves through the phases of
+// replica_write.go (queued, chained, sent, stored, refused, answered,
+// abandoned), one function making every move.
 //
 // Every node-key write is conditional on the key's last write as this
 // worker knows it (kv.AsyncPutter; on the bucket, the header

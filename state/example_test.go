@@ -13,13 +13,13 @@ func ExampleManager() {
 	m := state.NewManager(state.Options{})
 
 	// Two flownodes report flow 1; node 2 also runs flow 2.
-	_, _ = m.MergeFlows(ctx, 1, []flowstate.Flow{
+	_, _ = m.Merge(ctx, state.Report{Node: 1, Flows: []flowstate.Flow{
 		{ID: 1, Has: flowstate.HasStateSize | flowstate.HasLastExecTime, StateSize: 1024, LastExecTime: 1700000000000},
-	})
-	_, _ = m.MergeFlows(ctx, 2, []flowstate.Flow{
+	}})
+	_, _ = m.Merge(ctx, state.Report{Node: 2, Flows: []flowstate.Flow{
 		{ID: 1, Has: flowstate.HasStateSize | flowstate.HasLastExecTime, StateSize: 2048, LastExecTime: 1690000000000},
 		{ID: 2, Has: flowstate.HasStateSize, StateSize: 10},
-	})
+	}})
 
 	s, _ := m.Snapshot(ctx, nil)
 	v := s.Value()

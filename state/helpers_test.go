@@ -23,7 +23,7 @@ func newManager(tb testing.TB, opts state.Options) *state.Manager {
 // merge applies a report (the seed's merge) and fails the test on error.
 func merge(tb testing.TB, m *state.Manager, nodeID uint64, v flowstate.FlowStateValue) state.MergeResult {
 	tb.Helper()
-	res, err := m.MergeFlows(tb.Context(), nodeID, v.Flows())
+	res, err := m.Merge(tb.Context(), state.Report{Node: nodeID, Flows: v.Flows()})
 	require.NoError(tb, err, "merge report of node %d", nodeID)
 	return res
 }

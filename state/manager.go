@@ -10,7 +10,7 @@ import (
 	"github.com/flowstate-io/flowstate/kv"
 )
 
-// ErrUnsortedFlows is returned by MergeFlows and Submit when the flows of a
+// ErrUnsortedFlows is returned by Merge and Submit when the flows of a
 // report are not sorted by ID with each ID once.
 var ErrUnsortedFlows = errors.New("state: flows are not sorted by id without duplicates")
 
@@ -75,13 +75,14 @@ func NewManager(opts Options) *Manager {
 	return &Manager{opts: opts, epoch: kv.NewEpoch(), agg: NewAggregate()}
 }
 
-// MergeFlows applies a node's report, given as flows sorted by ID, each ID
+// Merge applies a node's report, whose flows are sorted by ID, each ID
 // once (ErrUnsortedFlows otherwise): it replaces the node's previous report
 // whole (an empty report removes all of its flows). Flows with no field
 // present are ignored. A report that would take the state past
 // Options.Limits is refused with a *CapacityError, and nothing changes. It
-// does not retain flows and does not allocate in steady state.
-func (m *Manager) MergeFlows(_ context.Context, nodeID uint64, flows []flowstate.Flow) (MergeResult, error) {
+// does not retain the report's flows and does not allocate in steady state.
+func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
+	nodeID, flows := rep.Node, rep.Flows
 	if err := checkSorted(flows); err != nil {
 		return MergeResult{}, err
 	}

@@ -138,7 +138,7 @@ func TestMergeConcurrentNodesExactAggregate(t *testing.T) {
 	for g := range nodes {
 		wg.Go(func() {
 			for r := range reports {
-				res, err := m.MergeFlows(t.Context(), uint64(g), report(g, r).Flows())
+				res, err := m.Merge(t.Context(), state.Report{Node: uint64(g), Flows: report(g, r).Flows()})
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -275,7 +275,7 @@ func TestEpochStaysAcrossMergesAndChangesOnClear(t *testing.T) {
 func TestMergeDoesNotRetainFlows(t *testing.T) {
 	m := newManager(t, state.Options{})
 	flows := value(sizes{1: 10}, times{1: 100}, times{1: 1}).Flows()
-	_, err := m.MergeFlows(t.Context(), 1, flows)
+	_, err := m.Merge(t.Context(), state.Report{Node: 1, Flows: flows})
 	require.NoError(t, err)
 
 	flows[0].StateSize = 11
@@ -293,7 +293,7 @@ func TestMergeFlowsLeavesOutFlowsWithoutFields(t *testing.T) {
 	}
 	m := newManager(t, state.Options{})
 
-	res, err := m.MergeFlows(t.Context(), 1, flows)
+	res, err := m.Merge(t.Context(), state.Report{Node: 1, Flows: flows})
 
 	require.NoError(t, err)
 	assert.True(t, res.Changed)
@@ -306,7 +306,7 @@ func TestMergeFlowsLeavesOutFlowsWithoutFields(t *testing.T) {
 	assert.Equal(t, []flowstate.Flow{flows[0], flows[2]}, snap.Flows)
 
 	// The same report again changes nothing.
-	res, err = m.MergeFlows(t.Context(), 1, want.Flows())
+	res, err = m.Merge(t.Context(), state.Report{Node: 1, Flows: want.Flows()})
 	require.NoError(t, err)
 	assert.False(t, res.Changed)
 }
@@ -327,7 +327,7 @@ func TestMergeFlowsRejectsUnsortedInput(t *testing.T) {
 			beforeValue, beforeVersion := get(t, m)
 			beforeDump := m.Dump()
 
-			_, err := m.MergeFlows(t.Context(), 1, tt.flows)
+			_, err := m.Merge(t.Context(), state.Report{Node: 1, Flows: tt.flows})
 
 			assert.ErrorIs(t, err, state.ErrUnsortedFlows)
 			v, ver := get(t, m)
@@ -362,7 +362,7 @@ func TestMergeDoesNotAllocateInSteadyState(t *testing.T) {
 			f = flowsB
 		}
 		i++
-		_, err = m.MergeFlows(ctx, 42, f)
+		_, err = m.Merge(ctx, state.Report{Node: 42, Flows: f})
 	})
 	require.NoError(t, err)
 	assert.Zero(t, allocs, "allocations per MergeFlows")

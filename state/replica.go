@@ -23,8 +23,9 @@ import (
 //   - onTick: the clock ticked (a write the watch is late to apply);
 //   - stop: Run ends (replica_run.go).
 //
-// Each of them changes the fields under mu, then answers the reports whose
-// turn has come, in order, outside mu (completeLocked, replica_queue.go).
+// Each of them changes the fields under mu, lets go of it, then answers the
+// reports whose turn has come, in order (answerReady, replica_queue.go). A
+// report's own write moves through the phases of replica_write.go.
 
 // phase is where a Replica is: what it serves, and what it does with a
 // report.
@@ -115,10 +116,17 @@ type served struct {
 
 // onEvent is the watch's callback: one event, in the store's order.
 func (r *Replica) onEvent(ev kv.Event) {
+	if r.eventLocked(ev) {
+		r.answerReady()
+	}
+}
+
+// eventLocked applies ev under mu; false if the Replica has stopped.
+func (r *Replica) eventLocked(ev kv.Event) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.phase == stopped {
-		r.mu.Unlock()
-		return
+		return false
 	}
 	fresh := ev.Op == kv.OpReset || ev.Op == kv.OpSynced || ev.Revision.Seq > r.watch.delivered
 	changed := false
@@ -147,7 +155,7 @@ func (r *Replica) onEvent(ev kv.Event) {
 		r.signalChange()
 	}
 	r.wait.broadcastLocked()
-	r.completeLocked()
+	return true
 }
 
 // resetLocked starts the watch over at epoch, whose key the store wrote at
@@ -310,7 +318,8 @@ func (r *Replica) settleLocked() bool {
 func (r *Replica) onTick() {
 	r.mu.Lock()
 	r.clock++
-	r.completeLocked()
+	r.mu.Unlock()
+	r.answerReady()
 }
 
 // outcomeLocked is the answer of the report e, if it has one yet.
@@ -318,7 +327,7 @@ func (r *Replica) outcomeLocked(e *write) (MergeResult, error, bool) {
 	switch {
 	case e.err != nil:
 		return MergeResult{}, e.err, true
-	case !e.acked:
+	case e.awaitsStore():
 		return MergeResult{}, nil, false // the store has not answered yet
 	case e.seq <= e.delivered:
 		// A new write below what the watch had seen: the bucket was

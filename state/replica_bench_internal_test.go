@@ -54,7 +54,9 @@ func BenchmarkReplicaApply(b *testing.B) {
 					e := r.writes.push(r, noAnswer{})
 					e.node, e.epoch, e.delivered = uint64(n+1), "e1", seq-1
 					r.writes.keepLocked(e, reports[p][n], false, r.watch.agg)
-					e.acked, e.seq, e.deadline = true, seq, r.clock+applyTicks
+					e.to(sent)
+					e.to(stored)
+					e.seq, e.deadline = seq, r.clock+applyTicks
 					r.mu.Unlock()
 				}
 				r.onEvent(kv.Event{Op: kv.OpPut, Key: keys[n], Value: values[p][n],

@@ -18,7 +18,7 @@ func TestReplicaRefusesAReportPastItsLimits(t *testing.T) {
 	w := follow(t, store, state.ReplicaOptions{Limits: state.Limits{MaxNodes: 5, MaxFlows: 2}})
 	fmerge(t, w.mgr, 1, lastExecOf(1, 1, 2))
 
-	_, err := w.mgr.MergeFlows(t.Context(), 2, lastExecOf(2, 3).Flows())
+	_, err := w.mgr.Merge(t.Context(), state.Report{Node: 2, Flows: lastExecOf(2, 3).Flows()})
 	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, state.LimitMaxTotalFlows, ce.Limit)
@@ -82,7 +82,7 @@ func TestReplicaRunEndsWithItsContext(t *testing.T) {
 	defer stop()
 	assert.Error(t, r.WaitLoaded(short), "not loaded while the watch is held back")
 	assert.False(t, r.Loaded())
-	_, err = r.MergeFlows(t.Context(), 1, nil)
+	_, err = r.Merge(t.Context(), state.Report{Node: 1, Flows: nil})
 	assert.ErrorIs(t, err, kv.ErrUnavailable, "refused at once, nothing written")
 	cancel()
 	select {

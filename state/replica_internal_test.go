@@ -222,7 +222,9 @@ func TestReplicaAppliesItsOwnWritesByTheRule(t *testing.T) {
 	e := r.writes.push(r, a)
 	e.node, e.epoch = 1, "e1"
 	r.writes.keepLocked(e, v.Flows(), false, r.watch.agg)
-	e.acked, e.seq, e.deadline = true, 1, r.clock+applyTicks
+	e.to(sent)
+	e.to(stored)
+	e.seq, e.deadline = 1, r.clock+applyTicks
 	r.mu.Unlock()
 	r.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(1), Value: flowstate.AppendJSON(nil, v.Flows()),
 		Revision: kv.Revision{Epoch: "e1", Seq: 1}, Exact: true})

@@ -39,7 +39,7 @@ func (p *pending) Complete(res state.MergeResult, err error) {
 func submit(tb testing.TB, r *state.Replica, node uint64, v flowstate.FlowStateValue) *pending {
 	tb.Helper()
 	p := &pending{done: make(chan struct{})}
-	require.NoError(tb, r.Submit(tb.Context(), node, v.Flows(), p), "submit report of node %d", node)
+	require.NoError(tb, r.Submit(tb.Context(), state.Report{Node: node, Flows: v.Flows()}, p), "submit report of node %d", node)
 	return p
 }
 

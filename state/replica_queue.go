@@ -17,33 +17,6 @@ type Completion interface {
 	Complete(res MergeResult, err error)
 }
 
-// write is a report of this worker between Submit and its answer.
-type write struct {
-	c         Completion
-	node      uint64
-	epoch     string           // the watch's at Submit
-	delivered uint64           // the watch's at Submit: a write stored at or below it went to a recreated bucket
-	rev       uint64           // the served revision at Submit, for MergeResult.Changed
-	flows     []flowstate.Flow // the report: what the watch applies when it delivers seq
-	counted   int              // flows counted against Limits.MaxFlows while in flight
-	isNew     bool             // its node was new to the aggregate: counted against Limits.MaxNodes
-
-	acked    bool   // the store answered: seq or err is set
-	seq      uint64 // the write's sequence number, once stored
-	deadline uint64 // the clock tick past which the watch is late to apply it
-	err      error  // why it is not acknowledged
-	done     bool   // answered (its Completion called, or about to be)
-
-	// A write of a node whose previous write from this worker is not
-	// answered yet waits for that answer: next links them, and the one
-	// that waits keeps its value until it is sent (onStored).
-	next    *write // the write of the same node chained after this one
-	chained bool   // sent once the write before it was answered: out of the queue's order
-	value   []byte // a chained write's value, until it is sent
-
-	stored func(kv.Revision, error) // the store's callback (onStored of this write), made once
-}
-
 // queue is this worker's reports in the order they were given: a ring of
 // at most Window writes, answered from its head. Its fields are guarded by
 // Replica.mu, except answers, which the answering goroutine owns.
@@ -89,63 +62,60 @@ func (q *queue) push(r *Replica, c Completion) *write {
 	if n := len(q.free); n > 0 {
 		e, q.free = q.free[n-1], q.free[:n-1]
 	} else {
-		e = &write{}
-		e.stored = func(rev kv.Revision, err error) { r.onStored(e, rev, err) }
+		e = &write{r: r}
 	}
+	e.to(queued)
 	e.c = c
 	q.ring[(q.first+q.len)%len(q.ring)] = e
 	q.len++
 	return e
 }
 
-// pop takes the head out, answered: it no longer counts against the limits.
+// pop takes the head out, answered: it no longer counts against the
+// limits, and is reused unless the store has yet to answer it.
 func (q *queue) pop() {
 	e := q.head()
 	q.ring[q.first] = nil
 	q.first = (q.first + 1) % len(q.ring)
 	q.len--
 	q.passed = max(q.passed-1, 0)
-	e.done = true
 	if q.lastOf[e.node] == e {
 		delete(q.lastOf, e.node)
 	}
 	q.flowsInFlight -= e.counted
-	if e.isNew {
+	if e.newNode {
 		if q.newNodes[e.node]--; q.newNodes[e.node] <= 0 {
 			delete(q.newNodes, e.node)
 		}
 	}
-	if e.acked {
-		q.recycle(e)
+	if e.awaitsStore() {
+		e.to(abandoned)
+		return
 	}
+	e.to(answered)
+	q.recycle(e)
 }
 
-// recycle returns an answered write whose store has answered to the free
-// list.
+// recycle returns a write that has nothing more to wait for (answered, or
+// abandoned and now answered by the store) to the free list.
 func (q *queue) recycle(e *write) {
-	stored := e.stored
-	flows := e.flows[:0]
-	*e = write{stored: stored, flows: flows}
+	e.to(free)
+	*e = write{r: e.r, flows: e.flows[:0], value: e.value[:0]}
 	q.free = append(q.free, e)
 }
 
 // chainLocked makes e, admitted, the node's last write, and chains it
 // after the node's write before it if the store has not answered that one
-// yet: true if e is to wait for it.
+// yet: true if e is to wait for it (chained).
 func (q *queue) chainLocked(e *write) bool {
 	prev := q.lastOf[e.node]
 	q.lastOf[e.node] = e
-	if prev == nil || prev.acked {
+	if prev == nil || !prev.awaitsStore() {
 		return false
 	}
-	prev.next, e.chained = e, true
+	prev.next, e.late = e, true
+	e.to(chained)
 	return true
-}
-
-// fail answers e with err at its turn, before or instead of its write.
-func (e *write) fail(err error) {
-	e.err = err
-	e.acked = true // nothing is sent: no store answer to wait for
 }
 
 // keepLocked records the report of e: its flows, to apply when the watch
@@ -161,7 +131,7 @@ func (q *queue) keepLocked(e *write, flows []flowstate.Flow, countFlows bool, ag
 		q.flowsInFlight += e.counted
 	}
 	if _, ok := agg.NodeFlows(e.node); !ok {
-		e.isNew = true
+		e.newNode = true
 		q.newNodes[e.node]++
 	}
 }
@@ -245,7 +215,7 @@ func (q *queue) ownLocked(epoch string, id, seq uint64) *write {
 		switch {
 		case e.err != nil || e.seq == 0 || e.epoch != epoch:
 			continue // refused, not stored (yet), or another epoch's
-		case e.seq > seq && e.chained:
+		case e.seq > seq && e.late:
 			continue // sent after writes queued behind it
 		case e.seq > seq:
 			return nil
@@ -265,43 +235,49 @@ func (q *queue) failAllLocked(err error) {
 	}
 }
 
-// completeLocked answers, in order, the reports at the head of the queue
-// whose outcome is known, and unlocks mu. The Completions run outside mu,
-// on one goroutine at a time: whichever found them answers them and looks
-// again, and a caller that finds another answering leaves its turn to it.
-func (r *Replica) completeLocked() {
-	q := &r.writes
-	if q.answering {
-		r.mu.Unlock()
-		return
-	}
-	q.answering = true
-	for {
-		batch := q.answers[:0]
-		for q.len > 0 {
-			e := q.head()
-			res, err, ok := r.outcomeLocked(e)
-			if !ok {
-				break
-			}
-			batch = append(batch, answer{c: e.c, res: res, err: err})
-			q.pop() // e may be reused from here
-		}
-		q.answers = batch
-		if len(batch) == 0 {
-			q.answering = false
-			r.mu.Unlock()
-			return
-		}
-		r.wait.broadcastLocked() // Drain waits for the queue to empty
-		r.mu.Unlock()
+// answerReady answers, in order, the reports at the head of the queue
+// whose outcome is known. The Completions run outside mu, on one goroutine
+// at a time: whichever takes the answering turn answers them and looks
+// again until none is ready; a caller that finds another answering leaves
+// the answers to it. Every event that may settle a report calls it once it
+// has let go of mu.
+func (r *Replica) answerReady() {
+	for batch := r.takeAnswers(false); len(batch) > 0; batch = r.takeAnswers(true) {
 		for i, a := range batch {
 			<-r.window
 			a.c.Complete(a.res, a.err)
 			batch[i] = answer{}
 		}
-		r.mu.Lock()
 	}
+}
+
+// takeAnswers takes, under mu, the answers whose turn has come, with the
+// answering turn; holding says the caller has the turn already. It takes
+// none when another goroutine has the turn, and gives the turn up when
+// none is ready.
+func (r *Replica) takeAnswers(holding bool) []answer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := &r.writes
+	if q.answering && !holding {
+		return nil
+	}
+	batch := q.answers[:0]
+	for q.len > 0 {
+		e := q.head()
+		res, err, ok := r.outcomeLocked(e)
+		if !ok {
+			break
+		}
+		batch = append(batch, answer{c: e.c, res: res, err: err})
+		q.pop() // e may be reused from here
+	}
+	q.answers = batch
+	q.answering = len(batch) > 0
+	if q.answering {
+		r.wait.broadcastLocked() // Drain waits for the queue to empty
+	}
+	return batch
 }
 
 // countFields counts the flows with a field present: those a report's value

@@ -106,7 +106,7 @@ func TestReplicaAppliesTheStoreByOneRuleLiveAndLoaded(t *testing.T) {
 func TestReplicaRefusesAReportPastMaxFlowsBeforeItsWrite(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{MaxReportFlows: ruleMaxFlows})
-	_, err := w.mgr.MergeFlows(t.Context(), 1, lastExecOf(1, 1, 2, 3, 4).Flows())
+	_, err := w.mgr.Merge(t.Context(), state.Report{Node: 1, Flows: lastExecOf(1, 1, 2, 3, 4).Flows()})
 	require.ErrorIs(t, err, state.ErrTooManyFlows)
 	_, err = mem.Get(t.Context(), flowstate.NodeKey(1))
 	assert.ErrorIs(t, err, kv.ErrNotFound, "nothing written")
@@ -128,11 +128,11 @@ func TestReplicaServesAStatePastItsLimitsAndRefusesGrowth(t *testing.T) {
 	got, _ := w.synced(t)
 	assert.Len(t, got.LastExecTimeMap, 6, "served as it is: 3 nodes, 6 flows")
 
-	_, err := w.mgr.MergeFlows(t.Context(), 4, nil)
+	_, err := w.mgr.Merge(t.Context(), state.Report{Node: 4, Flows: nil})
 	var ce *state.CapacityError
 	require.ErrorAs(t, err, &ce, "a new node")
 	assert.Equal(t, state.LimitMaxNodes, ce.Limit)
-	_, err = w.mgr.MergeFlows(t.Context(), 1, lastExecOf(1, 2, 3, 20).Flows())
+	_, err = w.mgr.Merge(t.Context(), state.Report{Node: 1, Flows: lastExecOf(1, 2, 3, 20).Flows()})
 	require.ErrorAs(t, err, &ce, "a new flow")
 	assert.Equal(t, state.LimitMaxTotalFlows, ce.Limit)
 	assert.Contains(t, err.Error(), "7 flows")

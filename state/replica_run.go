@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/internal/throttle"
 	"github.com/flowstate-io/flowstate/kv"
@@ -181,7 +180,8 @@ func (r *Replica) stop() {
 	r.mu.Lock()
 	r.phase = stopped // outcomeLocked answers each write the store has answered; the others as it answers
 	r.wait.broadcastLocked()
-	r.completeLocked()
+	r.mu.Unlock()
+	r.answerReady()
 }
 
 // takeTurn takes a place in the window for a report, waiting while it is
@@ -200,10 +200,6 @@ func (r *Replica) takeTurn(ctx context.Context) error {
 	}
 }
 
-// Window is how many reports may wait for their answers
-// (ReplicaOptions.Window): the size of the worker's intake pipeline.
-func (r *Replica) Window() int { return r.opts.Window }
-
 // Drain waits until every report given to Submit or Refuse has been
 // answered, or ctx ends; then it answers those left at once with an error
 // wrapping kv.ErrUnavailable and context.Cause(ctx).
@@ -213,35 +209,8 @@ func (r *Replica) Drain(ctx context.Context) {
 	}
 	r.mu.Lock()
 	r.writes.failAllLocked(fmt.Errorf("state: report not answered in time: %w: %w", kv.ErrUnavailable, context.Cause(ctx)))
-	r.completeLocked()
-}
-
-// MergeFlows writes a node's report and returns once the watch has applied
-// it, so that the report is visible at once to a get on this worker:
-// Submit, then its outcome.
-func (r *Replica) MergeFlows(ctx context.Context, nodeID uint64, flows []flowstate.Flow) (MergeResult, error) {
-	w := &awaitedOutcome{done: make(chan struct{})}
-	if err := r.Submit(ctx, nodeID, flows, w); err != nil {
-		return MergeResult{}, err
-	}
-	select {
-	case <-w.done:
-		return w.res, w.err
-	case <-ctx.Done():
-		return MergeResult{}, fmt.Errorf("state: report of node %d: %w: %w", nodeID, kv.ErrUnavailable, ctx.Err())
-	}
-}
-
-// awaitedOutcome is the Completion of MergeFlows.
-type awaitedOutcome struct {
-	res  MergeResult
-	err  error
-	done chan struct{}
-}
-
-func (a *awaitedOutcome) Complete(res MergeResult, err error) {
-	a.res, a.err = res, err
-	close(a.done)
+	r.mu.Unlock()
+	r.answerReady()
 }
 
 // Changes receives, without blocking the Replica, after the served state

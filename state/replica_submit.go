@@ -42,34 +42,45 @@ var ErrConflict = fmt.Errorf("state: the node's key was written meanwhile: %w", 
 // ApplyTimeout, ErrStoreCleared if the store was wiped meanwhile. Submit
 // blocks while Window reports wait for their answers, until ctx ends: it
 // then returns ctx's error, and c is not called. flows is not retained.
-func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []flowstate.Flow, c Completion) error {
+func (r *Replica) Submit(ctx context.Context, rep Report, c Completion) error {
 	if err := r.takeTurn(ctx); err != nil {
 		return err
 	}
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
-	r.mu.Lock()
-	e := r.writes.push(r, c)
-	if err := r.admitLocked(nodeID, flows); err != nil {
-		e.fail(err)
-		r.completeLocked()
+	e, cond, send := r.queueWrite(rep, c)
+	if e == nil {
+		r.answerReady()
 		return nil
 	}
-	e.node, e.epoch, e.delivered, e.rev = nodeID, r.watch.epoch, r.watch.delivered, r.served.revision
-	r.writes.keepLocked(e, flows, r.opts.Limits.MaxFlows > 0, r.watch.agg)
-	cond := r.condLocked(nodeID)
-	if r.writes.chainLocked(e) {
-		// Sent by the store's answer to the write it follows (onStored),
-		// from its own copy of the value.
-		e.value = flowstate.AppendJSON(nil, flows)
-		r.mu.Unlock()
-		return nil
+	if send {
+		r.enc = flowstate.AppendJSON(r.enc[:0], rep.Flows)
+		r.send(ctx, e, r.enc, cond)
 	}
-	r.mu.Unlock()
-
-	r.enc = flowstate.AppendJSON(r.enc[:0], flows)
-	r.send(ctx, e, r.enc, cond)
 	return nil
+}
+
+// queueWrite queues the write of rep, answered by c: refused (nil: it is
+// answered in its turn), chained after its node's write before it (its
+// value kept, sent when that one is answered), or to send now (send) under
+// the condition cond.
+func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, send bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e = r.writes.push(r, c)
+	if err := r.admitLocked(rep.Node, rep.Flows); err != nil {
+		e.refuse(err)
+		return nil, 0, false
+	}
+	e.node, e.epoch, e.delivered, e.rev = rep.Node, r.watch.epoch, r.watch.delivered, r.served.revision
+	r.writes.keepLocked(e, rep.Flows, r.opts.Limits.MaxFlows > 0, r.watch.agg)
+	cond = r.condLocked(rep.Node)
+	if r.writes.chainLocked(e) {
+		e.value = flowstate.AppendJSON(e.value[:0], rep.Flows)
+		return e, 0, false
+	}
+	e.to(sent)
+	return e, cond, true
 }
 
 // condLocked is the condition of a write of node id sent now: the key's
@@ -78,7 +89,7 @@ func (r *Replica) Submit(ctx context.Context, nodeID uint64, flows []flowstate.F
 // yet, whichever is later (0: the key has not been written in the epoch).
 func (r *Replica) condLocked(id uint64) uint64 {
 	cond := r.watch.keys[id]
-	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.seq != 0 && p.epoch == r.watch.epoch {
+	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.phase == stored && p.epoch == r.watch.epoch {
 		cond = max(cond, p.seq)
 	}
 	return cond
@@ -88,7 +99,7 @@ func (r *Replica) condLocked(id uint64) uint64 {
 // last write is cond.
 func (r *Replica) send(ctx context.Context, e *write, value []byte, cond uint64) {
 	key := flowstate.NodeKey(e.node)
-	if err := r.store.PutAsync(ctx, key, value, kv.Condition{Key: key, Revision: cond}, e.stored); err != nil {
+	if err := r.store.PutAsync(ctx, key, value, kv.Condition{Key: key, Revision: cond}, e); err != nil {
 		r.onStored(e, kv.Revision{}, err)
 	}
 }
@@ -102,31 +113,18 @@ func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
 	r.submitMu.Lock()
 	defer r.submitMu.Unlock()
 	r.mu.Lock()
-	r.writes.push(r, c).fail(err)
-	r.completeLocked()
+	r.writes.push(r, c).refuse(err)
+	r.mu.Unlock()
+	r.answerReady()
 	return nil
 }
 
-// onStored is the store's answer to the write of e. The write of its node
-// that Submit chained after it, if any, is sent now, conditioned on e's
-// revision if e was stored.
+// onStored is the store's answer to the write of e (write.PutDone). The
+// write of its node chained after it, if any, is sent now, conditioned on
+// e's revision if e was stored.
 func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
-	r.mu.Lock()
-	e.acked = true
-	switch {
-	case err != nil && e.err == nil && errors.Is(err, kv.ErrRevisionMismatch):
-		r.conflicts++
-		e.err = fmt.Errorf("state: report of node %d not stored: %w (%w)", e.node, ErrConflict, err)
-	case err != nil && e.err == nil:
-		e.err = fmt.Errorf("state: store report of node %d: %w", e.node, err)
-	case err == nil:
-		e.seq, e.deadline = rev.Seq, r.clock+applyTicks
-	}
-	next, cond := r.nextLocked(e)
-	if e.done {
-		r.writes.recycle(e) // answered already (Drain or stop): nothing more to do
-	}
-	r.completeLocked()
+	next, cond := r.storedLocked(e, rev, err)
+	r.answerReady()
 	if next != nil {
 		// Puts in flight stay within the window, and the store takes as
 		// many: a put slot is free. The bound is in case one is not.
@@ -134,6 +132,36 @@ func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
 		r.send(ctx, next, next.value, cond)
 		cancel()
 	}
+}
+
+// storedLocked records the store's answer to e, and takes the write
+// chained after it, with its condition, if it is to be sent.
+func (r *Replica) storedLocked(e *write, rev kv.Revision, err error) (*write, uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	abandoned := e.phase == abandoned
+	switch {
+	case err != nil && e.err == nil && errors.Is(err, kv.ErrRevisionMismatch):
+		r.conflicts++
+		err = fmt.Errorf("state: report of node %d not stored: %w (%w)", e.node, ErrConflict, err)
+	case err != nil && e.err == nil:
+		err = fmt.Errorf("state: store report of node %d: %w", e.node, err)
+	case err == nil:
+		e.seq, e.deadline = rev.Seq, r.clock+applyTicks
+	}
+	next, cond := r.nextLocked(e)
+	switch {
+	case abandoned:
+		r.writes.recycle(e) // answered already (Drain or stop): nothing more to do
+	case err != nil:
+		if e.err != nil {
+			err = e.err // answered with what was decided first
+		}
+		e.refuse(err)
+	default:
+		e.to(stored)
+	}
+	return next, cond
 }
 
 // nextLocked takes the write chained after e, which the store has just
@@ -145,20 +173,22 @@ func (r *Replica) nextLocked(e *write) (*write, uint64) {
 		return nil, 0
 	}
 	e.next = nil
-	if next.err != nil || r.phase == stopped {
-		if next.err == nil {
-			next.err = fmt.Errorf("state: report of node %d not sent: %w", next.node, errNotSeen(stopped))
-		}
-		next.fail(next.err)
-		if next.done {
-			r.writes.recycle(next)
-		}
+	switch {
+	case next.phase == abandoned:
+		r.writes.recycle(next)
+		return nil, 0
+	case next.err != nil:
+		next.refuse(next.err)
+		return nil, 0
+	case r.phase == stopped:
+		next.refuse(fmt.Errorf("state: report of node %d not sent: %w", next.node, errNotSeen(stopped)))
 		return nil, 0
 	}
 	cond := r.watch.keys[next.node]
-	if e.err == nil && e.epoch == r.watch.epoch {
+	if e.err == nil && e.seq != 0 && e.epoch == r.watch.epoch {
 		cond = max(cond, e.seq)
 	}
+	next.to(sent)
 	return next, cond
 }
 

@@ -118,7 +118,7 @@ func wipe(tb testing.TB, store state.Store) {
 // fmerge applies a report and fails the test on error.
 func fmerge(tb testing.TB, m *state.Replica, nodeID uint64, v flowstate.FlowStateValue) state.MergeResult {
 	tb.Helper()
-	res, err := m.MergeFlows(tb.Context(), nodeID, v.Flows())
+	res, err := m.Merge(tb.Context(), state.Report{Node: nodeID, Flows: v.Flows()})
 	require.NoError(tb, err, "merge report of node %d", nodeID)
 	return res
 }
@@ -225,7 +225,7 @@ func TestReplicasMergingConcurrentlyLoseNothing(t *testing.T) {
 					var err error
 					for try := range 20 {
 						w := ws[(node+r+try)%len(ws)]
-						if _, err = w.mgr.MergeFlows(context.Background(), uint64(node), v.Flows()); !errors.Is(err, kv.ErrUnavailable) {
+						if _, err = w.mgr.Merge(context.Background(), state.Report{Node: uint64(node), Flows: v.Flows()}); !errors.Is(err, kv.ErrUnavailable) {
 							break
 						}
 						time.Sleep(100 * time.Millisecond)

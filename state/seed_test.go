@@ -110,11 +110,11 @@ func TestMergeConcurrentReportsNoLostUpdate(t *testing.T) {
 	// read-modify-write so that neither report is lost.
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := m.MergeFlows(t.Context(), 1, execState(map[flowstate.FlowID]int64{1: 100}).Flows())
+		_, err := m.Merge(t.Context(), state.Report{Node: 1, Flows: execState(map[flowstate.FlowID]int64{1: 100}).Flows()})
 		assert.NoError(t, err)
 	})
 	wg.Go(func() {
-		_, err := m.MergeFlows(t.Context(), 2, execState(map[flowstate.FlowID]int64{2: 200}).Flows())
+		_, err := m.Merge(t.Context(), state.Report{Node: 2, Flows: execState(map[flowstate.FlowID]int64{2: 200}).Flows()})
 		assert.NoError(t, err)
 	})
 	wg.Wait()

@@ -55,7 +55,7 @@ func TestFlowsCollectorExportsTheLargestFlowsAtThePublishCadence(t *testing.T) {
 	mgr := state.NewManager(state.Options{})
 	merge := func(node uint64, flows ...flowstate.Flow) {
 		t.Helper()
-		_, err := mgr.MergeFlows(ctx, node, flows)
+		_, err := mgr.Merge(ctx, state.Report{Node: node, Flows: flows})
 		require.NoError(t, err)
 	}
 	all := flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime

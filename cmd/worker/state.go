@@ -23,7 +23,7 @@ func (m *Main) openState(ccfg consumer.Config, dial func() (*natsConn, error)) (
 	if m.Config.KV != "jetstream" {
 		mgr := state.NewManager(state.Options{Limits: m.Config.limits(), Now: m.Clock.Now})
 		m.state = mgr
-		return consumer.New(m.nc.Conn, mgr, ccfg)
+		return consumer.New(m.nc.Conn, chaosLocal(mgr), ccfg)
 	}
 	replica, err := m.openReplica(dial)
 	if err != nil {

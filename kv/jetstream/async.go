@@ -58,7 +58,7 @@ type putSlot struct {
 	gen      uint64
 	busy     bool
 	key      string
-	done     func(kv.Revision, error)
+	done     kv.PutReceiver
 	deadline time.Time
 }
 
@@ -66,7 +66,7 @@ type putSlot struct {
 type endedPut struct {
 	slot int32
 	key  string
-	done func(kv.Revision, error)
+	done kv.PutReceiver
 }
 
 // newAsyncPuts subscribes to the replies of window puts on nc and starts
@@ -102,7 +102,7 @@ func (a *asyncPuts) replyOf(slot int, gen uint64) string {
 // (nil: none), answered by done. It blocks while the window is full, until
 // ctx ends; check runs once a slot is free, and an error from it fails the
 // put before it is sent. An error returned means done will not be called.
-func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, hdr nats.Header, check func() error, done func(kv.Revision, error)) error {
+func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, hdr nats.Header, check func() error, done kv.PutReceiver) error {
 	var slot int32
 	select {
 	case slot = <-a.free:
@@ -142,7 +142,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 // take ends the put in slot if it is still the one of generation gen, and
 // returns its key and done; done is nil if it had ended already. With renew,
 // the slot takes a new generation: its put may still be acknowledged.
-func (a *asyncPuts) take(slot int32, gen uint64, renew bool) (string, func(kv.Revision, error)) {
+func (a *asyncPuts) take(slot int32, gen uint64, renew bool) (string, kv.PutReceiver) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slot < 0 || int(slot) >= len(a.slots) {
@@ -179,7 +179,7 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	a.free <- slot
 	seq, err := pubAckSeq(m)
 	if err != nil && isWrongLastSequence(err) {
-		done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err))
+		done.PutDone(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err))
 		return
 	}
 	if err != nil {
@@ -188,11 +188,11 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 		if unavailable(err) {
 			a.down(err)
 		}
-		done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, err))
+		done.PutDone(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, err))
 		return
 	}
 	a.stored(seq)
-	done(kv.Revision{Epoch: a.epoch(), Seq: seq}, nil)
+	done.PutDone(kv.Revision{Epoch: a.epoch(), Seq: seq}, nil)
 }
 
 // parseReply returns the slot and generation of a reply subject.
@@ -272,7 +272,7 @@ func (a *asyncPuts) fail(ended []endedPut, cause error, down bool) {
 	}
 	for i, e := range ended {
 		a.free <- e.slot
-		e.done(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, e.key, cause))
+		e.done.PutDone(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, e.key, cause))
 		ended[i] = endedPut{}
 	}
 }
@@ -304,7 +304,7 @@ func (a *asyncPuts) close() {
 // not found JetStream back (the error wraps kv.ErrUnavailable): the
 // client's reconnect buffer would store such a put later, after the
 // caller was told it failed.
-func (s *Store) PutAsync(ctx context.Context, key string, value []byte, cond kv.Condition, done func(kv.Revision, error)) error {
+func (s *Store) PutAsync(ctx context.Context, key string, value []byte, cond kv.Condition, done kv.PutReceiver) error {
 	if !validKey(key) {
 		return fmt.Errorf("jetstream: put %s: invalid key", key)
 	}

@@ -146,8 +146,8 @@ type answerOf struct {
 	err error
 }
 
-func (a answers) done(key string) func(kv.Revision, error) {
-	return func(rev kv.Revision, err error) { a <- answerOf{key, rev, err} }
+func (a answers) done(key string) kv.PutReceiver {
+	return kv.PutFunc(func(rev kv.Revision, err error) { a <- answerOf{key, rev, err} })
 }
 
 func (a answers) next(t *testing.T) answerOf {

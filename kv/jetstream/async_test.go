@@ -29,10 +29,10 @@ func putAll(t *testing.T, st *jetstream.Store, n, keys int) []answer {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
-		err := st.PutAsync(t.Context(), fmt.Sprintf("k%d", i%keys), []byte(fmt.Sprint(i)), kv.NoCondition, func(rev kv.Revision, err error) {
+		err := st.PutAsync(t.Context(), fmt.Sprintf("k%d", i%keys), []byte(fmt.Sprint(i)), kv.NoCondition, kv.PutFunc(func(rev kv.Revision, err error) {
 			out[i] = answer{rev, err}
 			wg.Done()
-		})
+		}))
 		if err != nil {
 			wg.Done()
 			out[i] = answer{err: err}
@@ -73,7 +73,7 @@ func TestPutAsyncSendsNothingWhileDisconnected(t *testing.T) {
 	st := openStore(t, nc, jetstream.Config{})
 	nc.Close()
 	called := false
-	err := st.PutAsync(t.Context(), "k", []byte("v"), kv.NoCondition, func(kv.Revision, error) { called = true })
+	err := st.PutAsync(t.Context(), "k", []byte("v"), kv.NoCondition, kv.PutFunc(func(kv.Revision, error) { called = true }))
 	require.ErrorIs(t, err, kv.ErrUnavailable)
 	assert.False(t, called, "done is not called when PutAsync fails")
 }
@@ -86,7 +86,7 @@ func TestPutAsyncWithoutTheStreamIsAnsweredUnavailable(t *testing.T) {
 	require.NoError(t, js.DeleteKeyValue(t.Context(), st.Bucket()))
 	answers := putAll(t, st, 1, 1)
 	require.ErrorIs(t, answers[0].err, kv.ErrUnavailable, "no stream: no responders")
-	err = st.PutAsync(t.Context(), "k", []byte("v"), kv.NoCondition, func(kv.Revision, error) { t.Error("sent while JetStream is down") })
+	err = st.PutAsync(t.Context(), "k", []byte("v"), kv.NoCondition, kv.PutFunc(func(kv.Revision, error) { t.Error("sent while JetStream is down") }))
 	require.ErrorIs(t, err, kv.ErrUnavailable, "nothing is sent until a probe finds JetStream back")
 }
 

@@ -36,7 +36,7 @@ func putAsync(tb testing.TB, s kv.AsyncPutter, key, value string, cond kv.Condit
 		err error
 	}
 	got := make(chan answer, 1)
-	if err := s.PutAsync(tb.Context(), key, []byte(value), cond, func(rev kv.Revision, err error) { got <- answer{rev, err} }); err != nil {
+	if err := s.PutAsync(tb.Context(), key, []byte(value), cond, kv.PutFunc(func(rev kv.Revision, err error) { got <- answer{rev, err} })); err != nil {
 		return kv.Revision{}, err
 	}
 	select {
@@ -98,9 +98,9 @@ func testAsyncOrder(t *testing.T, s AsyncShared) {
 	for i := range n {
 		answers[i] = make(chan answer, 1)
 		key := fmt.Sprintf("%sk%d", prefix, i%keys)
-		err := s.PutAsync(t.Context(), key, []byte(fmt.Sprint(i)), kv.NoCondition, func(rev kv.Revision, err error) {
+		err := s.PutAsync(t.Context(), key, []byte(fmt.Sprint(i)), kv.NoCondition, kv.PutFunc(func(rev kv.Revision, err error) {
 			answers[i] <- answer{rev, err}
-		})
+		}))
 		require.NoError(t, err)
 	}
 	var last uint64

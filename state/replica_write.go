@@ -1,0 +1,125 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// This file is the lifecycle of one report given to a Replica (a write):
+// its phases and the one function that moves it from one to the next
+// (to), as replica.go is the Replica's. Two things end a write, in either
+// order: its answer (its Completion called, in the reports' order) and the
+// store's answer to its put. It is reused once both have come.
+//
+//	queued ──► sent ──► stored ──┐
+//	  │  │      │ ▲       │      ├─► answered ──► (reused)
+//	  │  └─► chained      │      │
+//	  │        │ │        │      │
+//	  └────────┴─┴─► refused ────┘
+//	  sent, chained ──► abandoned ──► (reused once the store or the
+//	                                   write before it has answered)
+//
+// A write's err, once set, is its answer whatever its phase: a stored
+// write whose value the rule refuses, or every write when Drain gives up.
+
+// writePhase is where a write is between Submit (or Refuse) and its reuse.
+type writePhase uint8
+
+const (
+	// free: in the queue's free list, or not given out yet.
+	free writePhase = iota
+	// queued: given to the Replica, not checked yet.
+	queued
+	// chained: waits for the store's answer to its node's write before
+	// it, which sends it (onStored); its value is kept until then.
+	chained
+	// sent: its put is in flight; the store answers it (PutDone).
+	sent
+	// stored: the store took it at seq; it is answered once the watch has
+	// applied it, or its deadline passed.
+	stored
+	// refused: it was not stored (refused before its put, or by the store):
+	// err says why, and no answer of the store is awaited.
+	refused
+	// answered: its Completion is called (or about to be) and the store
+	// has nothing more to say: it is reused.
+	answered
+	// abandoned: answered while its put was in flight or while it was
+	// chained; it is reused once the store answers the put, or the write
+	// before it is answered.
+	abandoned
+)
+
+var writePhaseNames = [...]string{free: "free", queued: "queued", chained: "chained", sent: "sent", stored: "stored",
+	refused: "refused", answered: "answered", abandoned: "abandoned"}
+
+func (p writePhase) String() string { return writePhaseNames[p] }
+
+// moves are the transitions of a write: moves[from] lists where it may go.
+var moves = [...][]writePhase{
+	free:      {queued},
+	queued:    {chained, sent, refused},
+	chained:   {sent, refused, abandoned},
+	sent:      {stored, refused, abandoned},
+	stored:    {answered},
+	refused:   {answered},
+	answered:  {free},
+	abandoned: {free},
+}
+
+// write is a report of this worker between Submit and its answer.
+type write struct {
+	r     *Replica
+	phase writePhase
+	c     Completion
+
+	node      uint64
+	epoch     string           // the watch's at Submit
+	delivered uint64           // the watch's at Submit: a write stored at or below it went to a recreated bucket
+	rev       uint64           // the served revision at Submit, for MergeResult.Changed
+	flows     []flowstate.Flow // the report: what the watch applies when it delivers seq
+	counted   int              // flows counted against Limits.MaxFlows while in flight
+	newNode   bool             // its node was new to the aggregate: counted against Limits.MaxNodes
+
+	seq      uint64 // the write's sequence number, once stored
+	deadline uint64 // the clock tick past which the watch is late to apply it
+	err      error  // why it is not acknowledged
+
+	// A write of a node whose previous write from this worker is not
+	// answered by the store yet waits for that answer: next links them, and
+	// the one that waits keeps its value until it is sent. late marks a
+	// write sent that way, out of the queue's order.
+	next  *write
+	late  bool
+	value []byte
+}
+
+// to moves e to phase p. Every change of a write's phase goes through it,
+// and a move that the lifecycle does not have is a bug: it panics.
+func (e *write) to(p writePhase) {
+	for _, q := range moves[e.phase] {
+		if q == p {
+			e.phase = p
+			return
+		}
+	}
+	panic(fmt.Sprintf("state: a write of node %d moved from %s to %s", e.node, e.phase, p))
+}
+
+// awaitsStore reports whether the store (or the write before e) has yet to
+// answer e: what keeps an answered write from being reused.
+func (e *write) awaitsStore() bool { return e.phase == chained || e.phase == sent }
+
+// refuse answers e with err at its turn: before its put, instead of it, or
+// as the store's refusal.
+func (e *write) refuse(err error) {
+	e.err = err
+	e.to(refused)
+}
+
+// PutDone is the store's answer to e's put (kv.PutReceiver).
+func (e *write) PutDone(rev kv.Revision, err error) { e.r.onStored(e, rev, err) }
+
+var _ kv.PutReceiver = (*write)(nil)

@@ -1,0 +1,55 @@
+package state
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestWriteMovesOnlyAsItsLifecycleSays walks every pair of phases: a move
+// the table lists happens, any other panics and leaves the phase as it
+// was.
+func TestWriteMovesOnlyAsItsLifecycleSays(t *testing.T) {
+	for from := free; from <= abandoned; from++ {
+		for to := free; to <= abandoned; to++ {
+			legal := false
+			for _, p := range moves[from] {
+				legal = legal || p == to
+			}
+			e := &write{phase: from}
+			if legal {
+				e.to(to)
+				assert.Equal(t, to, e.phase, "%s to %s", from, to)
+				continue
+			}
+			assert.Panics(t, func() { e.to(to) }, "%s to %s is not a move of the lifecycle", from, to)
+			assert.Equal(t, from, e.phase)
+		}
+	}
+}
+
+// TestEveryPhaseIsReachableAndEndsFree: from queued, every phase can be
+// reached, and from each one a write can be reused (free): no phase is a
+// dead end.
+func TestEveryPhaseIsReachableAndEndsFree(t *testing.T) {
+	reach := func(from writePhase) map[writePhase]bool {
+		seen := map[writePhase]bool{from: true}
+		for todo := []writePhase{from}; len(todo) > 0; {
+			p := todo[0]
+			todo = todo[1:]
+			for _, q := range moves[p] {
+				if !seen[q] {
+					seen[q] = true
+					todo = append(todo, q)
+				}
+			}
+		}
+		return seen
+	}
+	fromQueued := reach(queued)
+	for p := free; p <= abandoned; p++ {
+		assert.True(t, fromQueued[p], "%s is reachable", p)
+		require.True(t, reach(p)[free], "%s ends free", p)
+	}
+}

@@ -1,0 +1,17 @@
+package state
+
+import "github.com/flowstate-io/flowstate/flowstate"
+
+// Report is one node's report as a state takes it, in either mode
+// (Manager.Merge, Replica.Submit).
+type Report struct {
+	// Node is the node the report is of.
+	Node uint64
+	// NodeEpoch names the node's process, when HasNodeEpoch: a node_epoch
+	// the report carried.
+	NodeEpoch    uint64
+	HasNodeEpoch bool
+	// Flows are the report's flows, sorted by ID, each ID once
+	// (ErrUnsortedFlows otherwise). A state does not retain them.
+	Flows []flowstate.Flow
+}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/flowstate-io/flowstate/internal/loadgen"
 	"github.com/flowstate-io/flowstate/internal/proctest"
 )
@@ -23,6 +25,11 @@ type backend struct {
 	servers    int      // nats-servers of their own, with JetStream: 0 (the shared one), 1, or a cluster of 3
 	workers    int      // workers in the queue group
 	workerArgs []string // the backend's worker flags
+	// The bucket's replicas and storage, as workerArgs give them: with
+	// servers, JetStream's own ceiling (jsCeiling) is measured on a bucket
+	// like it before the workers start.
+	replicas int
+	storage  jetstream.StorageType
 }
 
 // ackedInFlight is the window of the acked scenarios.
@@ -32,9 +39,11 @@ const ackedInFlight = 256
 var ackedScenarios = []scenario{
 	{name: "acked", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{workers: 1}},
 	{name: "js-r1", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 1, workers: 1,
-		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "memory", "--kv-replicas", "1"}}},
+		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "memory", "--kv-replicas", "1"},
+		replicas:   1, storage: jetstream.MemoryStorage}},
 	{name: "js-r3", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 3, workers: 3,
-		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "file", "--kv-replicas", "3"}}},
+		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "file", "--kv-replicas", "3"},
+		replicas:   3, storage: jetstream.FileStorage}},
 }
 
 // ackedResult is one run of an acked scenario.
@@ -45,6 +54,9 @@ type ackedResult struct {
 	// conflicts are the reports the workers answered 503 because the
 	// bucket refused their node-key write's condition (their /metrics).
 	conflicts uint64
+	// ceiling is JetStream's own rate for the same job on the same
+	// servers, measured just before; nil without servers of its own.
+	ceiling *jsCeiling
 }
 
 // cpuPerAck returns the workers' CPU µs per acknowledged report.
@@ -64,6 +76,14 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 			return r, err
 		}
 		defer func() { err = errors.Join(err, stop()) }()
+		c, err := measureJSCeiling(ctx, urls[0], sc, b.replicas, b.storage, lt.cfg.duration)
+		if err != nil {
+			return r, err
+		}
+		r.ceiling = &c
+		if err := lt.waitQuiet(ctx); err != nil {
+			return r, err
+		}
 	}
 	var pids []int
 	var workers []*workerProc
@@ -193,8 +213,57 @@ func ackedTargets(find func(string) []runResult) []target {
 		}
 		out = append(out, t)
 	}
+	return append(out, ceilingTargets(find)...)
+}
+
+// ceilingTargets compare the JetStream backend's acked rate with
+// JetStream's own for the same job (jsCeiling), run by run: the cost of the
+// worker over the engine.
+func ceilingTargets(find func(string) []runResult) []target {
+	var out []target
+	for _, tc := range []struct {
+		name, scenario string
+		min            float64
+	}{
+		{"JetStream R1 memory: acked rate >= 0.9x JetStream's own conditional put+watch", "js-r1", 0.9},
+		{"JetStream R3 file: acked rate >= 0.8x JetStream's own conditional put+watch", "js-r3", 0.8},
+	} {
+		var runs []runResult // those with a ceiling
+		for _, r := range find(tc.scenario) {
+			if r.acked != nil && r.acked.ceiling != nil {
+				runs = append(runs, r)
+			}
+		}
+		if len(runs) == 0 {
+			continue
+		}
+		t := target{name: tc.name}
+		ratio, ceil, js, cpu := over(runs, ofCeiling), over(runs, ceilingRate), over(runs, appliedRate), over(runs, cpuPerAck)
+		t.verdict = verdict(ratio.med >= tc.min, ratio, tc.min)
+		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s (%s..%s); workers' CPU %.1f µs/ack (%.1f..%.1f)",
+			ratio.med, ratio.min, ratio.max, count(js.med), count(ceil.med), count(ceil.min), count(ceil.max), cpu.med, cpu.min, cpu.max)
+		out = append(out, t)
+	}
 	return out
 }
+
+// ceilingRate, ofCeiling and cpuPerAck are an acked run's JetStream
+// ceiling, its acked rate over that ceiling, and its workers' CPU per ack.
+var (
+	ceilingRate = ackedMetric(func(r ackedResult) float64 {
+		if r.ceiling == nil {
+			return nan
+		}
+		return r.ceiling.rate()
+	})
+	ofCeiling = ackedMetric(func(r ackedResult) float64 {
+		if r.ceiling == nil {
+			return nan
+		}
+		return r.res.Rate() / r.ceiling.rate()
+	})
+	cpuPerAck = ackedMetric(ackedResult.cpuPerAck)
+)
 
 // failedReports and conflictReports are an acked run's reports that were
 // not acked, and those of them refused by their write's condition.

@@ -79,8 +79,13 @@ func (lt *loadTest) runOnce(ctx context.Context, sc scenario, i int) (r runResul
 		}
 		r.acked = &a
 		lat := a.res.Latency
-		lt.logf("  run %d: %s/s acked (%d acked, %d failed in %s); workers' CPU %.2f µs/ack; ack p50 %s p99 %s max %s; aggregate %s", i+1, count(a.res.Rate()),
-			a.res.Acked, a.res.Failed, secs(a.res.Elapsed), a.cpuPerAck(), dur(lat.P50), dur(lat.P99), dur(lat.Max), a.check)
+		ceiling := ""
+		if a.ceiling != nil {
+			ceiling = fmt.Sprintf("; JetStream's own: %s/s (%d in %s), %.2fx", count(a.ceiling.rate()), a.ceiling.completed,
+				secs(a.ceiling.elapsed), a.res.Rate()/a.ceiling.rate())
+		}
+		lt.logf("  run %d: %s/s acked (%d acked, %d failed in %s); workers' CPU %.2f µs/ack; ack p50 %s p99 %s max %s; aggregate %s%s", i+1, count(a.res.Rate()),
+			a.res.Acked, a.res.Failed, secs(a.res.Elapsed), a.cpuPerAck(), dur(lat.P50), dur(lat.P99), dur(lat.Max), a.check, ceiling)
 		return r, nil
 	}
 	if sc.kind == kindFanout {

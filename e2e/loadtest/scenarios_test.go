@@ -93,6 +93,21 @@ func TestAckedTargetsCompareJetStreamWithTheMemoryBackend(t *testing.T) {
 	assert.Equal(t, "missed", ts[1].verdict, ts[1].detail)
 	assert.Contains(t, ts[1].detail, "exact in 1 of 1 runs")
 	assert.Empty(t, ackedTargets(func(string) []runResult { return nil }))
+
+	// With JetStream's own rate measured beside each run, the worker is
+	// also held against it.
+	withCeiling := func(rs []runResult, rate float64) []runResult {
+		a := *rs[0].acked
+		a.ceiling = &jsCeiling{completed: uint64(rate), elapsed: time.Second}
+		return []runResult{{acked: &a}}
+	}
+	runs["js-r1"], runs["js-r3"] = withCeiling(runs["js-r1"], 25000), withCeiling(runs["js-r3"], 8000)
+	ts = ackedTargets(func(name string) []runResult { return runs[name] })
+	require.Len(t, ts, 4)
+	assert.Equal(t, "met", ts[2].verdict, ts[2].detail)
+	assert.Contains(t, ts[2].detail, "0.96x")
+	assert.Equal(t, "missed", ts[3].verdict, ts[3].detail)
+	assert.Contains(t, ts[3].detail, "0.50x")
 }
 
 func TestWorkerLimitsMakeRoomForTheAckClients(t *testing.T) {

@@ -88,3 +88,10 @@ func ReportSize(cfg Config) int {
 	var r codec.Report
 	return len(codec.AppendReport(nil, p.report(&r, cfg.Nodes-1, 0)))
 }
+
+// Flows returns the flows of report round of cfg's node i (node id
+// cfg.FirstNode+i): what a worker writes of that report.
+func Flows(cfg Config, i int, round uint64) []flowstate.Flow {
+	p := payloads{first: cfg.FirstNode, flows: cfg.Flows}
+	return p.flowsOf(nil, i, round)
+}

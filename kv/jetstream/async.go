@@ -293,6 +293,12 @@ func (a *asyncPuts) close() {
 	a.fail(a.endAll(nil, func(*putSlot) bool { return true }), errStoreClosed, false)
 }
 
+// ownKeyHeaders are the headers of puts conditional on their own key's
+// last write, each a map with its one value: nats.go writes a message's
+// headers out before PublishMsg returns, so a put's map serves the next
+// put once PutAsync has returned, instead of a map and a slice a put.
+var ownKeyHeaders = sync.Pool{New: func() any { return nats.Header{natsjs.ExpectedLastSubjSeqHeader: make([]string, 1)} }}
+
 // PutAsync implements kv.AsyncPutter; it is the put that a state.Replica
 // sends: it publishes a put of key to the bucket's stream, under cond
 // (the headers Nats-Expected-Last-Subject-Sequence, and
@@ -312,14 +318,18 @@ func (s *Store) PutAsync(ctx context.Context, key string, value []byte, cond kv.
 		return fmt.Errorf("jetstream: put %s: the key is reserved by the store", key)
 	}
 	var hdr nats.Header
-	if cond != kv.NoCondition {
-		if !validKey(cond.Key) {
-			return fmt.Errorf("jetstream: put %s: invalid condition key %q", key, cond.Key)
-		}
-		hdr = nats.Header{natsjs.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(cond.Revision, 10)}}
-		if cond.Key != key {
-			hdr[natsjs.ExpectedLastSubjSeqSubjHeader] = []string{s.subject(cond.Key)}
-		}
+	switch {
+	case cond == kv.NoCondition:
+	case !validKey(cond.Key):
+		return fmt.Errorf("jetstream: put %s: invalid condition key %q", key, cond.Key)
+	case cond.Key == key:
+		// A node's write: its headers are reused from put to put.
+		hdr = ownKeyHeaders.Get().(nats.Header)
+		hdr[natsjs.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(cond.Revision, 10)
+		defer ownKeyHeaders.Put(hdr)
+	default:
+		hdr = nats.Header{natsjs.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(cond.Revision, 10)},
+			natsjs.ExpectedLastSubjSeqSubjHeader: []string{s.subject(cond.Key)}}
 	}
 	err := s.async.put(ctx, s.subject(key), key, value, hdr, s.writable, done)
 	if err != nil && !errors.Is(err, kv.ErrUnavailable) {

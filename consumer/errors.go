@@ -51,6 +51,10 @@ func judge(err error) verdict {
 		// A shared state's own check of --max-flows (the decoder's comes
 		// first): the report is refused whole, as the decoder refuses it.
 		return verdict{code: protocol.CodeBadRequest, kind: "too_many_flows", reason: err.Error()}
+	case errors.Is(err, state.ErrStale):
+		// A report delayed past a later one of its process: nothing
+		// changed; the reason names both reports.
+		return verdict{code: protocol.CodeStale, kind: "stale", reason: err.Error()}
 	case errors.Is(err, state.ErrCapacity):
 		// The report would take the state past --max-nodes or
 		// --max-total-flows: nothing changed; the reason names the limit.

@@ -30,6 +30,7 @@ const (
 // Error codes of a failed request.
 const (
 	CodeBadRequest  = 400 // bad input; nothing changed
+	CodeStale       = 409 // a stale report (v3): a later one of its process is held; nothing changed
 	CodeTooLarge    = 413 // a v1 get of an aggregate over the max payload
 	CodeInternal    = 500 // anything else
 	CodeUnavailable = 503 // not ready, the store unavailable, or overloaded

@@ -64,7 +64,8 @@ type Manager struct {
 
 // nodeMeta is what a Manager keeps of a node beside its report.
 type nodeMeta struct {
-	seen time.Time // when its last report was applied
+	seen    time.Time // when its last report was applied
+	lineage lineage   // its processes, for the stale rule
 }
 
 // NewManager returns an empty Manager at a new epoch.
@@ -78,8 +79,10 @@ func NewManager(opts Options) *Manager {
 // Merge applies a node's report, whose flows are sorted by ID, each ID
 // once (ErrUnsortedFlows otherwise): it replaces the node's previous report
 // whole (an empty report removes all of its flows). Flows with no field
-// present are ignored. A report that would take the state past
-// Options.Limits is refused with a *CapacityError, and nothing changes. It
+// present are ignored. A stale report (a *StaleError: not newer than the
+// node's held report of the same process, or of a process the node moved
+// away from) is refused, and so is one that would take the state past
+// Options.Limits (a *CapacityError); nothing changes then. It
 // does not retain the report's flows and does not allocate in steady state.
 func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	nodeID, flows := rep.Node, rep.Flows
@@ -91,13 +94,22 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	// One lookup of the node per report: its aggregate entry holds the
 	// Manager's meta.
 	n := m.agg.nodes[nodeID]
+	var held *lineage
+	if n != nil && n.meta != nil {
+		held = &n.meta.lineage
+	}
+	if err := held.stale(nodeID, &rep); err != nil {
+		return MergeResult{}, err
+	}
 	if err := m.agg.checkNode(n, flows, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
+	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows)
 	if n.meta == nil {
 		n.meta = &nodeMeta{}
 	}
+	n.meta.lineage = next
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// the seed's get turns from None to Some and its key is written.

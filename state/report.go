@@ -11,6 +11,11 @@ type Report struct {
 	// the report carried.
 	NodeEpoch    uint64
 	HasNodeEpoch bool
+	// Seq numbers the report within its process, when HasSeq: with a
+	// node_epoch, a report that is not newer than the one held is stale
+	// (ErrStale).
+	Seq    uint64
+	HasSeq bool
 	// Flows are the report's flows, sorted by ID, each ID once
 	// (ErrUnsortedFlows otherwise). A state does not retain them.
 	Flows []flowstate.Flow

@@ -1,0 +1,119 @@
+package state_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/state"
+)
+
+// reportState is a state a report is merged into, in either mode.
+type reportState interface {
+	Merge(ctx context.Context, rep state.Report) (state.MergeResult, error)
+	Snapshot(ctx context.Context, dst []flowstate.Flow) (state.Snapshot, error)
+}
+
+// numbered is a report of node with one flow whose last execution time is
+// at, from process epoch (0: none) numbered seq (0: none).
+func numbered(node, epoch, seq uint64, at int64) state.Report {
+	return state.Report{Node: node, NodeEpoch: epoch, HasNodeEpoch: epoch != 0, Seq: seq, HasSeq: seq != 0,
+		Flows: []flowstate.Flow{{ID: 1, Has: flowstate.HasLastExecTime, LastExecTime: at}}}
+}
+
+// staleRule runs every sentence of the stale rule (PROTOCOL.md, "Stale
+// reports") against a fresh state of node 7 that newState makes.
+func staleRule(t *testing.T, newState func(t *testing.T) reportState) {
+	apply := func(t *testing.T, m reportState, rep state.Report) state.MergeResult {
+		t.Helper()
+		res, err := m.Merge(t.Context(), rep)
+		require.NoError(t, err, "report node_epoch %d seq %d is applied", rep.NodeEpoch, rep.Seq)
+		return res
+	}
+	refused := func(t *testing.T, m reportState, rep state.Report, why string) {
+		t.Helper()
+		before, err := m.Snapshot(t.Context(), nil)
+		require.NoError(t, err)
+		_, err = m.Merge(t.Context(), rep)
+		var se *state.StaleError
+		require.ErrorAs(t, err, &se, why)
+		assert.ErrorIs(t, err, state.ErrStale)
+		assert.Equal(t, [2]uint64{rep.NodeEpoch, rep.Seq}, [2]uint64{se.Epoch, se.Seq})
+		assert.Contains(t, err.Error(), "node_epoch", "the reason names both reports")
+		after, err := m.Snapshot(t.Context(), nil)
+		require.NoError(t, err)
+		assert.Equal(t, before.Version, after.Version, "a stale report changes nothing, the revision included")
+		assert.Equal(t, before.Value(), after.Value())
+	}
+
+	t.Run("same process, seq not greater", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 78, 78))
+		refused(t, m, numbered(7, 100, 76, 76), "an older seq of the same process")
+		refused(t, m, numbered(7, 100, 78, 1), "the same seq again (a retry that was applied)")
+		apply(t, m, numbered(7, 100, 79, 79))
+	})
+	t.Run("a new process's first report whatever its seq", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 500, 1))
+		apply(t, m, numbered(7, 200, 1, 2))
+	})
+	t.Run("a retired process", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 5, 1))
+		apply(t, m, numbered(7, 200, 1, 2)) // retires 100
+		refused(t, m, numbered(7, 100, 6, 3), "a later seq of a process the node moved away from")
+		apply(t, m, numbered(7, 0, 0, 4)) // no node_epoch: retires 200
+		refused(t, m, numbered(7, 200, 2, 5), "a report without node_epoch retires the one before")
+	})
+	t.Run("without seq or node_epoch, as in v2", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 9, 1))
+		apply(t, m, numbered(7, 100, 0, 2)) // no seq: applied, the held report now has none
+		apply(t, m, numbered(7, 100, 1, 3)) // the held report has no seq to compare with
+		apply(t, m, numbered(7, 0, 5, 4))   // seq without node_epoch
+	})
+	t.Run("a retired process that comes back leaves the list", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 1, 1))
+		apply(t, m, numbered(7, 200, 1, 2)) // retires 100
+		apply(t, m, numbered(7, 100, 0, 3)) // 100 comes back without seq; retires 200
+		apply(t, m, numbered(7, 100, 2, 4)) // 100 is no longer retired
+		refused(t, m, numbered(7, 200, 9, 5), "200 is retired now")
+	})
+	t.Run("the last 8 retired", func(t *testing.T) {
+		m := newState(t)
+		for e := uint64(1); e <= state.MaxRetiredEpochs+2; e++ {
+			apply(t, m, numbered(7, e, 1, int64(e)))
+		}
+		// Retired now: 2..9 (1 fell out); 10 is held.
+		apply(t, m, numbered(7, 1, 2, 20)) // forgotten: a new process to the state
+		refused(t, m, numbered(7, 3, 2, 21), "3 is among the last 8 retired")
+	})
+	t.Run("another node is not affected", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 9, 1))
+		apply(t, m, numbered(8, 100, 1, 2))
+	})
+}
+
+func TestStaleReportsOnAManager(t *testing.T) {
+	staleRule(t, func(*testing.T) reportState { return state.NewManager(state.Options{}) })
+}
+
+// TestAStaleReportIsRefusedBeforeTheCapacityLimits: a report that is both
+// stale and past a limit is answered as stale (409 before 507).
+func TestAStaleReportIsRefusedBeforeTheCapacityLimits(t *testing.T) {
+	m := state.NewManager(state.Options{Limits: state.Limits{MaxFlows: 1}})
+	_, err := m.Merge(t.Context(), numbered(7, 100, 5, 1))
+	require.NoError(t, err)
+	rep := numbered(7, 100, 4, 2)
+	rep.Flows = append(rep.Flows, flowstate.Flow{ID: 2, Has: flowstate.HasStateSize, StateSize: 1})
+	_, err = m.Merge(t.Context(), rep)
+	require.ErrorIs(t, err, state.ErrStale)
+	assert.False(t, errors.Is(err, state.ErrCapacity))
+}

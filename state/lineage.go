@@ -62,7 +62,15 @@ type lineage struct {
 // before (nil: the node held no report): rep's node_epoch and seq, and the
 // retired node_epochs, with prev's retired if rep changes it, less rep's if
 // it comes back.
+//
+// A report without v3 fields leaves no lineage: it is stored as GreptimeDB's
+// value alone, without node_epoch or retired epochs, and every state holds
+// what the store can hold, so that both backends and every worker judge the
+// node's next report alike.
 func (prev *lineage) after(rep *Report) lineage {
+	if !rep.carriesV3() {
+		return lineage{}
+	}
 	next := lineage{epoch: rep.NodeEpoch, hasEpoch: rep.HasNodeEpoch, seq: rep.Seq, hasSeq: rep.HasSeq}
 	if prev == nil {
 		return next

@@ -20,3 +20,7 @@ type Report struct {
 	// (ErrUnsortedFlows otherwise). A state does not retain them.
 	Flows []flowstate.Flow
 }
+
+// carriesV3 reports whether rep has a field of protocol v3: its node key
+// then holds those fields beside GreptimeDB's value.
+func (rep *Report) carriesV3() bool { return rep.HasSeq }

@@ -67,23 +67,23 @@ func staleRule(t *testing.T, newState func(t *testing.T) reportState) {
 		apply(t, m, numbered(7, 100, 5, 1))
 		apply(t, m, numbered(7, 200, 1, 2)) // retires 100
 		refused(t, m, numbered(7, 100, 6, 3), "a later seq of a process the node moved away from")
-		apply(t, m, numbered(7, 0, 0, 4)) // no node_epoch: retires 200
+		apply(t, m, numbered(7, 0, 3, 4)) // numbered, without node_epoch: retires 200
 		refused(t, m, numbered(7, 200, 2, 5), "a report without node_epoch retires the one before")
 	})
 	t.Run("without seq or node_epoch, as in v2", func(t *testing.T) {
 		m := newState(t)
 		apply(t, m, numbered(7, 100, 9, 1))
-		apply(t, m, numbered(7, 100, 0, 2)) // no seq: applied, the held report now has none
+		apply(t, m, numbered(7, 100, 0, 2)) // no seq: applied as in v2
 		apply(t, m, numbered(7, 100, 1, 3)) // the held report has no seq to compare with
-		apply(t, m, numbered(7, 0, 5, 4))   // seq without node_epoch
+		apply(t, m, numbered(7, 0, 5, 4))   // seq without node_epoch: not judged
+		apply(t, m, numbered(7, 0, 1, 5))
 	})
-	t.Run("a retired process that comes back leaves the list", func(t *testing.T) {
+	t.Run("a report without v3 fields leaves no lineage, as the store holds none", func(t *testing.T) {
 		m := newState(t)
-		apply(t, m, numbered(7, 100, 1, 1))
+		apply(t, m, numbered(7, 100, 9, 1))
 		apply(t, m, numbered(7, 200, 1, 2)) // retires 100
-		apply(t, m, numbered(7, 100, 0, 3)) // 100 comes back without seq; retires 200
-		apply(t, m, numbered(7, 100, 2, 4)) // 100 is no longer retired
-		refused(t, m, numbered(7, 200, 9, 5), "200 is retired now")
+		apply(t, m, numbered(7, 200, 0, 3)) // no v3 field: stored as GreptimeDB's value alone
+		apply(t, m, numbered(7, 100, 1, 4)) // nothing held to compare with
 	})
 	t.Run("the last 8 retired", func(t *testing.T) {
 		m := newState(t)

@@ -29,6 +29,29 @@ var ErrUnavailable = errors.New("kv: store unavailable")
 // does not hold: another write came first.
 var ErrRevisionMismatch = errors.New("kv: revision mismatch")
 
+// MismatchError is a conditional write's refusal that says what the
+// condition's key held: the sequence number of its last write. It wraps
+// ErrRevisionMismatch.
+type MismatchError struct {
+	Last uint64 // the condition key's last write as the store had it
+	Err  error  // the store's refusal
+}
+
+func (e *MismatchError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the store's refusal, which wraps ErrRevisionMismatch.
+func (e *MismatchError) Unwrap() error { return e.Err }
+
+// LastWriteOf returns the last write of the condition's key that a
+// refusal of a conditional write names, if it names one.
+func LastWriteOf(err error) (uint64, bool) {
+	var m *MismatchError
+	if errors.As(err, &m) {
+		return m.Last, true
+	}
+	return 0, false
+}
+
 // Condition makes a write conditional on the last write of a key (the key
 // written, or another one): the write happens only if the sequence number of
 // that key's last write, a deletion included, is Revision. Revision 0 means

@@ -175,8 +175,8 @@ func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condi
 			last = e.seq
 		}
 		if last != cond.Revision {
-			return Revision{}, fmt.Errorf("%w: %s: the last write of %s is %d, not %d",
-				ErrRevisionMismatch, what, cond.Key, last, cond.Revision)
+			return Revision{}, &MismatchError{Last: last, Err: fmt.Errorf("%w: %s: the last write of %s is %d, not %d",
+				ErrRevisionMismatch, what, cond.Key, last, cond.Revision)}
 		}
 	}
 	s.seq++

@@ -179,7 +179,7 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	a.free <- slot
 	seq, err := pubAckSeq(m)
 	if err != nil && isWrongLastSequence(err) {
-		done.PutDone(kv.Revision{}, fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err))
+		done.PutDone(kv.Revision{}, mismatch(fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err), err))
 		return
 	}
 	if err != nil {

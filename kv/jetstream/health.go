@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -171,4 +173,23 @@ func isWrongLastSequence(err error) bool {
 // since the last successful probe.
 func (s *Store) Available() bool {
 	return s.writable() == nil
+}
+
+// mismatch is wrapped, the refusal of a conditional write, with the key's
+// last write that the stream's answer, refused, names ("wrong last
+// sequence: 15"), if it names one.
+func mismatch(wrapped, refused error) error {
+	var apiErr *natsjs.APIError
+	if !errors.As(refused, &apiErr) {
+		return wrapped
+	}
+	_, n, ok := strings.Cut(apiErr.Description, "wrong last sequence: ")
+	if !ok {
+		return wrapped
+	}
+	last, err := strconv.ParseUint(strings.TrimSpace(n), 10, 64)
+	if err != nil {
+		return wrapped
+	}
+	return &kv.MismatchError{Last: last, Err: wrapped}
 }

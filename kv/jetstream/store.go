@@ -301,7 +301,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 	ack, err := s.js.PublishMsg(ctx, msg, opts...)
 	if err != nil {
 		if isWrongLastSequence(err) {
-			return kv.Revision{}, fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err)
+			return kv.Revision{}, mismatch(fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err), err)
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return kv.Revision{}, fmt.Errorf("%w: %s: %d bytes, past the connection's max payload of %d: %v",

@@ -58,6 +58,8 @@ func testAsyncConditional(t *testing.T, s AsyncShared) {
 	_, err = putAsync(t, s, k, "b", cond(0))
 	require.ErrorIs(t, err, kv.ErrRevisionMismatch)
 	assert.NotErrorIs(t, err, kv.ErrUnavailable, "a refusal is known not to be stored")
+	last, ok := kv.LastWriteOf(err)
+	assert.True(t, ok && last == first.Seq, "the refusal names the key's last write, %d: %d (%t)", first.Seq, last, ok)
 	assert.Equal(t, kv.Entry{Key: k, Value: []byte("a"), Revision: first.Seq}, get(t, s, k))
 
 	second, err := putAsync(t, s, k, "c", cond(first.Seq))
@@ -67,6 +69,8 @@ func testAsyncConditional(t *testing.T, s AsyncShared) {
 	require.NoError(t, err)
 	_, err = putAsync(t, s, k, "d", cond(second.Seq))
 	require.ErrorIs(t, err, kv.ErrRevisionMismatch, "the deletion is the key's last write")
+	last, ok = kv.LastWriteOf(err)
+	assert.True(t, ok && last == del.Seq, "the refusal names the deletion, %d: %d (%t)", del.Seq, last, ok)
 	third, err := putAsync(t, s, k, "d", cond(del.Seq))
 	require.NoError(t, err)
 	assert.Equal(t, kv.Entry{Key: k, Value: []byte("d"), Revision: third.Seq}, get(t, s, k))

@@ -67,6 +67,8 @@ func testConditional(t *testing.T, s Shared) {
 	assert.Greater(t, second.Seq, first.Seq)
 	_, err = putIf(t, s, "lease", "stale", kv.Condition{Key: "lease", Revision: first.Seq})
 	require.ErrorIs(t, err, kv.ErrRevisionMismatch)
+	last, ok := kv.LastWriteOf(err)
+	assert.True(t, ok && last == second.Seq, "the refusal names the key's last write, %d: %d (%t)", second.Seq, last, ok)
 
 	// Fenced on another key.
 	_, err = putIf(t, s, "agg", "v1", kv.Condition{Key: "lease", Revision: second.Seq})

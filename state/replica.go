@@ -116,17 +116,19 @@ type served struct {
 
 // onEvent is the watch's callback: one event, in the store's order.
 func (r *Replica) onEvent(ev kv.Event) {
-	if r.eventLocked(ev) {
+	if ok, sends := r.eventLocked(ev); ok {
 		r.answerReady()
+		r.sendLater(sends...)
 	}
 }
 
-// eventLocked applies ev under mu; false if the Replica has stopped.
-func (r *Replica) eventLocked(ev kv.Event) bool {
+// eventLocked applies ev under mu, and returns the overtaken writes that
+// it settles (sweepOvertakenLocked); false if the Replica has stopped.
+func (r *Replica) eventLocked(ev kv.Event) (bool, []resend) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase == stopped {
-		return false
+		return false, nil
 	}
 	fresh := ev.Op == kv.OpReset || ev.Op == kv.OpSynced || ev.Revision.Seq > r.watch.delivered
 	changed := false
@@ -155,7 +157,7 @@ func (r *Replica) eventLocked(ev kv.Event) bool {
 		r.signalChange()
 	}
 	r.wait.broadcastLocked()
-	return true
+	return true, r.sweepOvertakenLocked()
 }
 
 // resetLocked starts the watch over at epoch, whose key the store wrote at
@@ -314,12 +316,15 @@ func (r *Replica) settleLocked() bool {
 }
 
 // onTick moves the clock on: a write the watch has not applied by its
-// deadline is answered unavailable.
+// deadline is answered unavailable, and an overtaken one whose watch has
+// not passed the write that beat it, ErrConflict.
 func (r *Replica) onTick() {
 	r.mu.Lock()
 	r.clock++
+	sends := r.sweepOvertakenLocked()
 	r.mu.Unlock()
 	r.answerReady()
+	r.sendLater(sends...)
 }
 
 // outcomeLocked is the answer of the report e, if it has one yet.

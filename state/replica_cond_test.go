@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -88,15 +89,43 @@ func TestReplicaChainedWriteAfterAnUnknownOutcome(t *testing.T) {
 	assert.Equal(t, map[flowstate.FlowID]int64{2: 1002}, got.LastExecTimeMap, "the first write, delivered late, was refused")
 }
 
-// TestReplicaRefusedWriteIsAConflictAndTheNextReportSettlesIt: worker b
-// sends a report of a node before its watch has applied a's write of the
-// node: the store refuses it (nothing stored), b answers ErrConflict,
-// which is unavailable (503), and b's next report of the node, sent once
-// its watch has caught up, is acked.
-func TestReplicaRefusedWriteIsAConflictAndTheNextReportSettlesIt(t *testing.T) {
+// TestReplicaOvertakenWriteIsSentAgainOnceItsWatchPassesTheWriteThatBeatIt:
+// worker b sends a report of a node before its watch has applied a's
+// write of the node: the store refuses it (nothing stored) and names a's
+// write. b does not answer it yet: once its watch has passed a's write,
+// it sends it again, conditioned on it, and acks it, after a's.
+func TestReplicaOvertakenWriteIsSentAgainOnceItsWatchPassesTheWriteThatBeatIt(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	a := follow(t, mem, state.ReplicaOptions{ID: "a"})
-	b := follow(t, mem, state.ReplicaOptions{ID: "b"})
+	b := follow(t, mem, state.ReplicaOptions{ID: "b", ApplyTimeout: time.Minute})
+	mem.StallWatches()
+	fromA := submit(t, a.mgr, 1, lastExecOf(1, 1))
+	fromB := submit(t, b.mgr, 1, lastExecOf(1, 2))
+	// The store answers at once: a stored, b refused. b waits for its
+	// watch, stalled: a LastRevision through the store passes b's put.
+	_, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.False(t, answered(fromB), "an overtaken report waits for the watch")
+	mem.ResumeWatches()
+	ra, err := outcome(t, fromA)
+	require.NoError(t, err)
+	rb, err := outcome(t, fromB)
+	require.NoError(t, err, "sent again once the watch passed a's write, and stored")
+	assert.Greater(t, rb.Revision, ra.Revision)
+	assert.Zero(t, b.mgr.Conflicts(), "nothing answered as a conflict")
+	got, _ := a.synced(t)
+	assert.Equal(t, map[flowstate.FlowID]int64{2: 1002}, got.LastExecTimeMap, "b's report, the later, is the node's")
+}
+
+// TestReplicaOvertakenWriteIsAConflictWhenItsWatchDoesNotPassInTime: the
+// same, but b's watch does not pass a's write within ApplyTimeout: b
+// answers ErrConflict, which is unavailable (503), nothing of b's is
+// stored, and b's next report of the node, once its watch has caught up,
+// is acked.
+func TestReplicaOvertakenWriteIsAConflictWhenItsWatchDoesNotPassInTime(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	a := follow(t, mem, state.ReplicaOptions{ID: "a"})
+	b := follow(t, mem, state.ReplicaOptions{ID: "b", ApplyTimeout: 100 * time.Millisecond})
 	mem.StallWatches()
 	fromA := submit(t, a.mgr, 1, lastExecOf(1, 1))
 	_, err := outcome(t, submit(t, b.mgr, 1, lastExecOf(1, 2)))

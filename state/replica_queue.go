@@ -41,6 +41,11 @@ type queue struct {
 	// lastOf is each node's last write in the queue: a write of the node
 	// submitted while the store has not answered it is chained after it.
 	lastOf map[uint64]*write
+
+	// overtaken are the writes whose condition the store refused, waiting
+	// for the watch to pass the write that beat them
+	// (replica_overtaken.go).
+	overtaken []*write
 }
 
 // answer is a Completion to call.

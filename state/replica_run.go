@@ -180,8 +180,10 @@ func (r *Replica) stop() {
 	r.mu.Lock()
 	r.phase = stopped // outcomeLocked answers each write the store has answered; the others as it answers
 	r.wait.broadcastLocked()
+	sends := r.sweepOvertakenLocked() // refuses every overtaken write; those chained after them too
 	r.mu.Unlock()
 	r.answerReady()
+	r.sendLater(sends...)
 }
 
 // takeTurn takes a place in the window for a report, waiting while it is

@@ -104,6 +104,30 @@ func (r *Replica) send(ctx context.Context, e *write, value []byte, cond uint64)
 	}
 }
 
+// resend is a write to send from outside Submit, under cond: one chained
+// after a write the store answered, or one whose condition was refused and
+// whose watch has passed the write that beat it.
+type resend struct {
+	e    *write
+	cond uint64
+}
+
+// sendLater sends each write of sends, outside mu. A write sent again
+// after its condition was refused is encoded again from its kept flows (a
+// chained one kept its value).
+func (r *Replica) sendLater(sends ...resend) {
+	for _, s := range sends {
+		if len(s.e.value) == 0 {
+			s.e.value = flowstate.AppendJSON(s.e.value[:0], s.e.flows)
+		}
+		// Puts in flight stay within the window, and the store takes as
+		// many: a put slot is free. The bound is in case one is not.
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.ApplyTimeout)
+		r.send(ctx, s.e, s.e.value, s.cond)
+		cancel()
+	}
+}
+
 // Refuse answers c with err, a report refused before Submit (it does not
 // decode), in its turn after the reports given before it, as Submit does.
 func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
@@ -121,25 +145,28 @@ func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
 
 // onStored is the store's answer to the write of e (write.PutDone). The
 // write of its node chained after it, if any, is sent now, conditioned on
-// e's revision if e was stored.
+// e's revision if e was stored; or e itself once more, if its condition
+// was refused by a write its watch has passed already.
 func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
-	next, cond := r.storedLocked(e, rev, err)
+	s, ok := r.storedLocked(e, rev, err)
 	r.answerReady()
-	if next != nil {
-		// Puts in flight stay within the window, and the store takes as
-		// many: a put slot is free. The bound is in case one is not.
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.ApplyTimeout)
-		r.send(ctx, next, next.value, cond)
-		cancel()
+	if ok {
+		r.sendLater(s)
 	}
 }
 
-// storedLocked records the store's answer to e, and takes the write
-// chained after it, with its condition, if it is to be sent.
-func (r *Replica) storedLocked(e *write, rev kv.Revision, err error) (*write, uint64) {
+// storedLocked records the store's answer to e, and returns what is to be
+// sent now: the write chained after e, or e, overtaken, once more.
+func (r *Replica) storedLocked(e *write, rev kv.Revision, err error) (resend, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	abandoned := e.phase == abandoned
+	if !abandoned && e.err == nil && r.overtakeLocked(e, err) {
+		if r.watch.keys[e.node] >= e.waitFor {
+			return r.resumeLocked(e), true // the watch passed it already
+		}
+		return resend{}, false
+	}
 	switch {
 	case err != nil && e.err == nil && errors.Is(err, kv.ErrRevisionMismatch):
 		r.conflicts++
@@ -161,7 +188,7 @@ func (r *Replica) storedLocked(e *write, rev kv.Revision, err error) (*write, ui
 	default:
 		e.to(stored)
 	}
-	return next, cond
+	return resend{e: next, cond: cond}, next != nil
 }
 
 // nextLocked takes the write chained after e, which the store has just

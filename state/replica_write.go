@@ -13,13 +13,12 @@ import (
 // order: its answer (its Completion called, in the reports' order) and the
 // store's answer to its put. It is reused once both have come.
 //
-//	queued ──► sent ──► stored ──┐
-//	  │  │      │ ▲       │      ├─► answered ──► (reused)
-//	  │  └─► chained      │      │
-//	  │        │ │        │      │
-//	  └────────┴─┴─► refused ────┘
-//	  sent, chained ──► abandoned ──► (reused once the store or the
-//	                                   write before it has answered)
+//	queued    → chained, sent or refused (its check)
+//	chained   → sent (the write before it was answered), refused, abandoned
+//	sent      → stored, refused, overtaken (its condition refused, once), abandoned
+//	overtaken → sent (the watch passed the write that beat it), refused, abandoned
+//	stored, refused → answered (its turn) → free (reused)
+//	abandoned → free (the store, the write before it or the watch answered)
 //
 // A write's err, once set, is its answer whatever its phase: a stored
 // write whose value the rule refuses, or every write when Drain gives up.
@@ -37,6 +36,11 @@ const (
 	chained
 	// sent: its put is in flight; the store answers it (PutDone).
 	sent
+	// overtaken: the store refused its put's condition, naming a later write
+	// of the node's key that this worker's watch had not applied: it
+	// waits, once, for the watch to pass that write, then is checked again
+	// and sent (resumeLocked), or refused when its deadline passes.
+	overtaken
 	// stored: the store took it at seq; it is answered once the watch has
 	// applied it, or its deadline passed.
 	stored
@@ -52,8 +56,8 @@ const (
 	abandoned
 )
 
-var writePhaseNames = [...]string{free: "free", queued: "queued", chained: "chained", sent: "sent", stored: "stored",
-	refused: "refused", answered: "answered", abandoned: "abandoned"}
+var writePhaseNames = [...]string{free: "free", queued: "queued", chained: "chained", sent: "sent", overtaken: "overtaken",
+	stored: "stored", refused: "refused", answered: "answered", abandoned: "abandoned"}
 
 func (p writePhase) String() string { return writePhaseNames[p] }
 
@@ -62,7 +66,8 @@ var moves = [...][]writePhase{
 	free:      {queued},
 	queued:    {chained, sent, refused},
 	chained:   {sent, refused, abandoned},
-	sent:      {stored, refused, abandoned},
+	sent:      {stored, refused, overtaken, abandoned},
+	overtaken: {sent, refused, abandoned},
 	stored:    {answered},
 	refused:   {answered},
 	answered:  {free},
@@ -84,8 +89,10 @@ type write struct {
 	newNode   bool             // its node was new to the aggregate: counted against Limits.MaxNodes
 
 	seq      uint64 // the write's sequence number, once stored
-	deadline uint64 // the clock tick past which the watch is late to apply it
+	deadline uint64 // the clock tick past which the watch is late to apply it (stored), or to pass waitFor (overtaken)
 	err      error  // why it is not acknowledged
+	waitFor  uint64 // overtaken: the write of the node's key that beat it
+	retried  bool   // it was overtaken once: a second refusal is final
 
 	// A write of a node whose previous write from this worker is not
 	// answered by the store yet waits for that answer: next links them, and
@@ -108,9 +115,9 @@ func (e *write) to(p writePhase) {
 	panic(fmt.Sprintf("state: a write of node %d moved from %s to %s", e.node, e.phase, p))
 }
 
-// awaitsStore reports whether the store (or the write before e) has yet to
-// answer e: what keeps an answered write from being reused.
-func (e *write) awaitsStore() bool { return e.phase == chained || e.phase == sent }
+// awaitsStore reports whether the store, the write before e or the watch
+// has yet to answer e: what keeps an answered write from being reused.
+func (e *write) awaitsStore() bool { return e.phase == chained || e.phase == sent || e.phase == overtaken }
 
 // refuse answers e with err at its turn: before its put, instead of it, or
 // as the store's refusal.

@@ -1,0 +1,95 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// A node-key write is conditional on the key's last write as this worker
+// knows it. When another worker wrote the key meanwhile (the node's
+// reports reach both, faster than their watches pass each other's
+// writes), the store refuses it and names the write that beat it. Such a
+// write is not answered 503 at once: it waits (overtaken), once, until
+// this worker's watch has passed that write, and is then sent again,
+// conditioned on it. A write the watch does not pass within ApplyTimeout,
+// or refused a second time, is answered ErrConflict.
+
+// overtakeLocked moves e, whose put the store answered with err, to
+// overtaken if err is a refusal of its condition that names the key's last
+// write and e was not overtaken before: true if it did.
+func (r *Replica) overtakeLocked(e *write, err error) bool {
+	if err == nil || e.retried || r.phase == stopped || e.epoch != r.watch.epoch {
+		return false
+	}
+	last, ok := kv.LastWriteOf(err)
+	if !ok {
+		return false
+	}
+	e.retried, e.waitFor, e.deadline = true, last, r.clock+applyTicks
+	e.to(overtaken)
+	r.writes.overtaken = append(r.writes.overtaken, e)
+	return true
+}
+
+// resumeLocked sends e, overtaken, once more: the watch has passed the
+// write that beat it, so it is conditioned on the key's last write as the
+// watch knows it now.
+func (r *Replica) resumeLocked(e *write) resend {
+	r.writes.dropOvertaken(e)
+	e.late = true // sent after writes queued behind it
+	e.to(sent)
+	return resend{e: e, cond: r.watch.keys[e.node]}
+}
+
+// sweepOvertakenLocked settles the overtaken writes that can be: those
+// whose write the watch has passed are sent again; those past their
+// deadline, of an ended epoch, or left after Run ended are refused; those
+// answered meanwhile (abandoned) are reused. It returns what is to be sent,
+// with the writes chained after those that end; nil (no allocation) when
+// there are none.
+func (r *Replica) sweepOvertakenLocked() []resend {
+	q := &r.writes
+	if len(q.overtaken) == 0 {
+		return nil
+	}
+	var sends []resend
+	for _, e := range append([]*write(nil), q.overtaken...) {
+		var reason error
+		switch {
+		case e.phase == abandoned:
+		case e.epoch != r.watch.epoch:
+			reason = fmt.Errorf("%w (epoch %s ended)", ErrStoreCleared, e.epoch)
+		case r.watch.keys[e.node] >= e.waitFor:
+			sends = append(sends, r.resumeLocked(e))
+			continue
+		case r.phase == stopped, r.clock > e.deadline:
+			r.conflicts++
+			reason = fmt.Errorf("state: report of node %d not stored: %w (the watch did not reach revision %d in time)",
+				e.node, ErrConflict, e.waitFor)
+		default:
+			continue
+		}
+		q.dropOvertaken(e)
+		next, cond := r.nextLocked(e)
+		if next != nil {
+			sends = append(sends, resend{e: next, cond: cond})
+		}
+		if e.phase == abandoned {
+			q.recycle(e)
+		} else {
+			e.refuse(reason)
+		}
+	}
+	return sends
+}
+
+// dropOvertaken takes e out of the overtaken writes.
+func (q *queue) dropOvertaken(e *write) {
+	for i, o := range q.overtaken {
+		if o == e {
+			q.overtaken = append(q.overtaken[:i], q.overtaken[i+1:]...)
+			return
+		}
+	}
+}

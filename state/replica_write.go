@@ -117,7 +117,9 @@ func (e *write) to(p writePhase) {
 
 // awaitsStore reports whether the store, the write before e or the watch
 // has yet to answer e: what keeps an answered write from being reused.
-func (e *write) awaitsStore() bool { return e.phase == chained || e.phase == sent || e.phase == overtaken }
+func (e *write) awaitsStore() bool {
+	return e.phase == chained || e.phase == sent || e.phase == overtaken
+}
 
 // refuse answers e with err at its turn: before its put, instead of it, or
 // as the store's refusal.

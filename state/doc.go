@@ -124,12 +124,14 @@
 // has come, conditioned on its revision if it was stored (on what the
 // watch knows otherwise, so that at most one of the two lands); reports of
 // other nodes do not wait for it, and answers still come in the order of
-// the reports. A write the store refuses is answered ErrConflict, which
-// wraps kv.ErrUnavailable: nothing was stored (the node's key had a later
-// write: its report through another worker that this worker's watch had
-// not applied yet, or this worker's own write of unknown outcome), and the
-// node's next report, conditioned on what the watch applied by then,
-// settles it. What the condition cannot catch is a report that reaches
+// the reports. A write the store refuses names the key's later write that
+// beat it (its report through another worker that this worker's watch had
+// not applied yet, or this worker's own write of unknown outcome): it
+// waits, once, for the watch to pass that write and is sent again,
+// conditioned on it (replica_overtaken.go). Refused again, or not passed
+// within ApplyTimeout, it is answered ErrConflict, which wraps
+// kv.ErrUnavailable: nothing was stored, and the node's next report,
+// conditioned on what the watch applied by then, settles it. What the condition cannot catch is a report that reaches
 // this worker after a later report of its node was stored: the README
 // says how long a NATS link may hold one.
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,9 @@ const (
 type output struct {
 	status status
 	code   string // service error code, or the client's error
+	// conflict: a report answered 503 because the bucket refused its
+	// node-key write's condition (state.ErrConflict)
+	conflict bool
 	epoch  string
 	rev    uint64
 	agg    report // a get's aggregate
@@ -212,7 +216,7 @@ func result(in input, msg *nats.Msg, err error) output {
 		if code[0] == '4' {
 			return output{status: stRejected, code: code}
 		}
-		return output{status: stUnknown, code: code}
+		return output{status: stUnknown, code: code, conflict: strings.Contains(msg.Header.Get(protocol.HeaderError), conflictReason)}
 	}
 	out := output{status: stOK, epoch: msg.Header.Get(protocol.HeaderEpoch)}
 	rev, perr := strconv.ParseUint(msg.Header.Get(protocol.HeaderRevision), 10, 64)
@@ -225,6 +229,10 @@ func result(in input, msg *nats.Msg, err error) output {
 	}
 	return out
 }
+
+// conflictReason is in the reason of a report answered 503 because its
+// node-key write's condition was refused (state.ErrConflict).
+const conflictReason = "the node's key was written meanwhile"
 
 // decodeAggregate returns the aggregate, and whether it holds anything
 // that no client sent (or does not decode).

@@ -14,6 +14,7 @@ const (
 	kindCorrupt   = "corrupt"   // hostile values and deletes written into node keys (JetStream)
 	kindClock     = "clock"     // a worker's clock jumped, sped up or slowed down (a worker built with chaosclock)
 	kindCombo     = "combo"     // sometimes two of the above at once
+	kindNone      = "none"      // alone: no fault at all, the clients only
 )
 
 // allKinds are the kinds in the order they are listed.
@@ -31,6 +32,9 @@ type faultSet struct {
 func (f faultSet) has(k string) bool { return slices.Contains(f.kinds, k) }
 
 func (f faultSet) String() string {
+	if len(f.kinds) == 0 {
+		return kindNone
+	}
 	k := f.kinds
 	if f.combo {
 		k = append(slices.Clone(k), kindCombo)
@@ -46,6 +50,9 @@ func parseFaults(env string) (faultSet, error) {
 		names = strings.Split(env, ",")
 	}
 	var f faultSet
+	if strings.TrimSpace(env) == kindNone {
+		return f, nil // the clients alone, no fault: what the faults cost is measured against it
+	}
 	for _, name := range names {
 		name = strings.TrimSpace(name)
 		switch {
@@ -61,7 +68,7 @@ func parseFaults(env string) (faultSet, error) {
 		}
 	}
 	if len(f.kinds) == 0 {
-		return f, fmt.Errorf("CHAOS_FAULTS=%q names no fault kind to inject besides combo; for example CHAOS_FAULTS=partition,process,combo", env)
+		return f, fmt.Errorf("CHAOS_FAULTS=%q names no fault kind to inject besides combo; for example CHAOS_FAULTS=partition,process,combo (or none, for no fault)", env)
 	}
 	return f, nil
 }

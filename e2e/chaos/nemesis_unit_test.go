@@ -100,3 +100,14 @@ func TestChaosSeedsOfACampaign(t *testing.T) {
 		assert.Error(t, err, "%q", bad)
 	}
 }
+
+func TestNoFaultIsARunOfTheClientsAlone(t *testing.T) {
+	f, err := parseFaults("none")
+	require.NoError(t, err)
+	assert.Empty(t, f.kinds)
+	assert.False(t, f.combo)
+	assert.Equal(t, "none", f.String())
+	assert.Empty(t, f.forMemory().kinds, "no memory run either")
+	_, err = parseFaults("none,process")
+	assert.Error(t, err, "none stands alone")
+}

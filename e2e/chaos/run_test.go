@@ -54,6 +54,9 @@ type runResult struct {
 	recoveries []recovery // one per event
 	nemesisID  int        // the client id of the nemesis's own writes
 	stale      int        // gets that served a stale state (the README's exception)
+	reports    int        // reports sent
+	conflicts  int        // reports answered 503 because their write's condition was refused
+	faults     bool       // the run was to inject faults
 	verdict    verdict
 	problems   []string // final gets that disagree, acked reports lost
 	dir        string   // where the violation was written
@@ -63,7 +66,7 @@ func (r runResult) ok() bool { return r.verdict.result != porcupine.Illegal && l
 
 // runChaos runs cfg and checks its history.
 func runChaos(t *testing.T, cfg runConfig) (res runResult) {
-	res.name = cfg.name
+	res.name, res.faults = cfg.name, len(cfg.faults.kinds) > 0
 	h := newHistory()
 	var s *system
 	if cfg.jetstream {
@@ -146,6 +149,14 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	res.recoveries = recoveries(res.events, fresh, updates.snapshot(), nem.id, h.now())
 	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
+	for _, o := range ops {
+		if o.in.kind == opReport {
+			res.reports++
+			if o.out.conflict {
+				res.conflicts++
+			}
+		}
+	}
 	return res
 }
 

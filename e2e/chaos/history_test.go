@@ -63,10 +63,10 @@ type output struct {
 	// conflict: a report answered 503 because the bucket refused its
 	// node-key write's condition (state.ErrConflict)
 	conflict bool
-	epoch  string
-	rev    uint64
-	agg    report // a get's aggregate
-	alien  bool   // the aggregate holds flows or values no client sent
+	epoch    string
+	rev      uint64
+	agg      report // a get's aggregate
+	alien    bool   // the aggregate holds flows or values no client sent
 }
 
 // op is one recorded operation; times are ns since the history's origin.

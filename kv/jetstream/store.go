@@ -36,6 +36,8 @@ type Store struct {
 	replicas  replicaWatch            // WatchReplicas's last look
 	barrier   rounds                  // LastRevision's shared writes
 	storedSeq atomic.Uint64           // the highest sequence number of a write seen stored (failover.go)
+	mark      watermark               // the last write the watch delivered in its epoch; the Watch goroutine's (forgotten.go)
+	forgets   atomic.Uint64           // times the stream no longer held mark
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed

@@ -66,6 +66,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		return err
 	}
 	epoch := ep.name
+	if err := s.startOverForgotten(ctx, epoch); err != nil {
+		return err
+	}
 	// A synchronous subscription: the connection's reader puts each
 	// message in its queue, and this loop takes it from there, with no
 	// goroutine in between; the server's flow control is answered as the
@@ -87,9 +90,10 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	}
 	// Writes stored between a purge and the epoch key's write that followed
 	// it are below ep.seq: OpReset says so (see kv.OpReset).
-	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch, Seq: ep.seq}})
+	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch, Seq: epochStart(epoch, ep.seq)}})
 
 	p := pass{epoch: epoch, synced: pending == 0}
+	defer func() { s.mark = p.advance(s.mark) }()
 	p.exact = p.synced
 	s.storedSeq.Store(0) // what was stored before this pass may be of a bucket recreated since
 	var moved progress
@@ -109,6 +113,11 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 			return err
 		case s.epochChanged(ctx, epoch):
 			return errStartOver
+		}
+		if s.mark = p.advance(s.mark); s.forgotten(ctx, s.mark, epoch) != "" {
+			if err := s.startOverForgotten(ctx, epoch); err != nil {
+				return err
+			}
 		}
 		if err := s.watchStuck(sub, &p, &moved); err != nil {
 			return err
@@ -148,6 +157,20 @@ type pass struct {
 	last   uint64 // sequence number of the last write delivered
 	synced bool   // the store's content has been delivered
 	exact  bool   // what was delivered is the store's content as of last
+	consumed uint64 // the consumer's sequence number of the last message
+	// The last write delivered: its subject, time and value.
+	lastSubject string
+	lastTime    time.Time
+	lastData    []byte
+}
+
+// advance returns mark moved on to the pass's last write, if that is later
+// in mark's epoch, or of another epoch.
+func (p *pass) advance(mark watermark) watermark {
+	if p.last == 0 || p.epoch == mark.epoch && p.last <= mark.seq {
+		return mark
+	}
+	return watermark{epoch: p.epoch, seq: p.last, subject: p.lastSubject, time: p.lastTime, data: p.lastData}
 }
 
 // watchUntil delivers the subscription's messages until check ends (nil)
@@ -165,6 +188,14 @@ func (s *Store) watchUntil(check context.Context, sub *nats.Subscription, p *pas
 		if err != nil {
 			continue // not a stream message
 		}
+		if meta.Sequence.Consumer <= p.consumed {
+			// The consumer was recreated (a reconnection, a server that
+			// came back): what it delivers may be another history, if the
+			// store forgot. The next pass checks first.
+			s.log.Debug("the watch's consumer was recreated: starting over", slog.String("bucket", s.cfg.Bucket))
+			return errStartOver
+		}
+		p.consumed = meta.Sequence.Consumer
 		seq := meta.Sequence.Stream
 		if seq <= p.last {
 			s.log.Warn("sequence numbers went back: the bucket was recreated", slog.String("bucket", s.cfg.Bucket),
@@ -185,7 +216,7 @@ func (s *Store) watchUntil(check context.Context, sub *nats.Subscription, p *pas
 			// becomes so again once the consumer has caught up.
 			p.exact = (p.exact && seq == p.last+1) || meta.NumPending == 0
 		}
-		p.last = seq
+		p.last, p.lastSubject, p.lastTime, p.lastData = seq, m.Subject, meta.Timestamp, m.Data
 		ev := kv.Event{Op: op, Key: key, Revision: kv.Revision{Epoch: p.epoch, Seq: seq}, Time: meta.Timestamp, Exact: p.synced && p.exact}
 		if op == kv.OpPut {
 			ev.Value = m.Data

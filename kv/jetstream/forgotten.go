@@ -1,0 +1,146 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowstate-io/flowstate/internal/clock"
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// A store that forgets: JetStream acknowledges a write before it reaches
+// the disk (a server's sync_interval), so a power loss of the servers can
+// lose the stream's tail, and an operator can restore a server's store
+// from an older copy. The epoch key comes back as it was, so the store
+// names the same epoch while it holds another history: revisions numbered
+// on it would repeat with other states. A watch checks, at the start of
+// every pass (a reconnection, a restart of its consumer) and at every read
+// of the epoch key (CheckInterval), that the stream still holds the last
+// write it delivered in the epoch. When it does not, the store starts a
+// new epoch that keeps the stream's content (the epoch key's value ends
+// with keptSuffix, and OpReset says the epoch begins at 0), and every
+// worker, which follows the epoch key, starts over from what the store
+// holds.
+
+// keptSuffix ends the value of an epoch key written for a store that
+// forgot: such an epoch keeps the writes stored before its key.
+const keptSuffix = "-kept"
+
+// watermark is the last write a watch delivered in an epoch: what a store
+// that forgot no longer holds.
+type watermark struct {
+	epoch   string
+	seq     uint64
+	subject string
+	time    time.Time
+	data    []byte
+}
+
+// forgotten returns why the stream no longer holds mark, the last write the
+// watch delivered in epoch, or "" if it does (or cannot tell now): it holds
+// another write at mark's sequence number, or none while mark's key has no
+// later write (a key's earlier writes are dropped as it is written again),
+// or ends before it. One request, two when mark's key was written since.
+func (s *Store) forgotten(ctx context.Context, mark watermark, epoch string) string {
+	if mark.seq == 0 || mark.epoch != epoch {
+		return ""
+	}
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	m, err := s.legacy.GetMsg(s.stream, mark.seq, nats.Context(ctx))
+	switch {
+	case err == nil && (m.Subject != mark.subject || !m.Time.Truncate(time.Millisecond).Equal(mark.time.Truncate(time.Millisecond)) ||
+		!bytes.Equal(m.Data, mark.data)):
+		return fmt.Sprintf("the stream holds another write at revision %d than the one this worker applied", mark.seq)
+	case err == nil:
+		return ""
+	case !errors.Is(err, nats.ErrMsgNotFound):
+		return ""
+	}
+	last, err := s.legacy.GetLastMsg(s.stream, mark.subject, nats.Context(ctx))
+	switch {
+	case errors.Is(err, nats.ErrMsgNotFound):
+		return fmt.Sprintf("the stream no longer holds %s, written at revision %d", strings.TrimPrefix(mark.subject, s.prefix), mark.seq)
+	case err == nil && last.Sequence < mark.seq:
+		return fmt.Sprintf("the last write of %s is revision %d, before revision %d that this worker applied",
+			strings.TrimPrefix(mark.subject, s.prefix), last.Sequence, mark.seq)
+	}
+	return ""
+}
+
+// confirmForgotten returns why the stream no longer holds mark, if it says
+// so twice, CheckInterval apart: a stream leader's figures may lag what a
+// replica already delivered to a watch for a moment, never for that long.
+func (s *Store) confirmForgotten(ctx context.Context, mark watermark, epoch string) string {
+	if s.forgotten(ctx, mark, epoch) == "" {
+		return ""
+	}
+	if clock.Sleep(ctx, s.cfg.Clock, s.cfg.CheckInterval) != nil {
+		return ""
+	}
+	return s.forgotten(ctx, mark, epoch)
+}
+
+// startOverForgotten returns errStartOver, once a new epoch is started,
+// if the stream no longer holds the last write the watch delivered in
+// epoch (confirmed, CheckInterval apart); nil if it does.
+func (s *Store) startOverForgotten(ctx context.Context, epoch string) error {
+	why := s.confirmForgotten(ctx, s.mark, epoch)
+	if why == "" {
+		return nil
+	}
+	ep, err := s.currentEpoch(ctx)
+	if err != nil {
+		return err
+	}
+	if ep.name == epoch {
+		if err := s.startKeptEpoch(ctx, epoch, ep.seq, why); err != nil {
+			return err
+		}
+	}
+	return errStartOver
+}
+
+// startKeptEpoch replaces epoch, whose key's write is epochSeq, with a new
+// epoch that keeps the stream's content, unless another worker has
+// replaced it first (the write is conditional on the key's last write).
+func (s *Store) startKeptEpoch(ctx context.Context, epoch string, epochSeq uint64, why string) error {
+	s.forgets.Add(1)
+	next := kv.NewEpoch() + keptSuffix
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	_, err := s.handles().bucket.Update(ctx, s.cfg.EpochKey, []byte(next), epochSeq)
+	switch {
+	case err == nil:
+		s.log.Error("the store forgot writes it had acknowledged: a new epoch keeps what it holds; the reports it forgot come back with each node's next heartbeat",
+			slog.String("bucket", s.cfg.Bucket), slog.String("reason", why), slog.String("epoch", epoch), slog.String("new_epoch", next))
+	case errors.Is(err, natsjs.ErrKeyExists):
+		s.log.Error("the store forgot writes it had acknowledged: another worker started a new epoch already",
+			slog.String("bucket", s.cfg.Bucket), slog.String("reason", why), slog.String("epoch", epoch))
+	default:
+		return s.wrap("start a new epoch after the store forgot writes ("+why+")", err)
+	}
+	return nil
+}
+
+// Forgets counts the times this store found that the stream no longer held
+// a write its watch had delivered, since it was opened.
+func (s *Store) Forgets() uint64 { return s.forgets.Load() }
+
+// epochStart is where an epoch whose key holds value and was written at
+// seq begins: at its key, or at 0 for an epoch that keeps what the stream
+// held before it.
+func epochStart(value string, seq uint64) uint64 {
+	if strings.HasSuffix(value, keptSuffix) {
+		return 0
+	}
+	return seq
+}

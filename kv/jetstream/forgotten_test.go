@@ -1,0 +1,151 @@
+package jetstream_test
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/kv/jetstream"
+	"github.com/flowstate-io/flowstate/kv/kvtest"
+)
+
+// restartable is an embedded file-storage JetStream server that a test
+// stops and starts again on the same port and store folder.
+type restartable struct {
+	opts server.Options
+	srv  *server.Server
+}
+
+func startRestartable(t *testing.T) *restartable {
+	t.Helper()
+	r := &restartable{opts: server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir()}}
+	r.start(t)
+	_, port, err := net.SplitHostPort(r.srv.Addr().String())
+	require.NoError(t, err)
+	r.opts.Port, err = strconv.Atoi(port)
+	require.NoError(t, err)
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *restartable) start(t *testing.T) {
+	t.Helper()
+	srv, err := server.NewServer(&r.opts)
+	require.NoError(t, err)
+	go srv.Start()
+	require.True(t, srv.ReadyForConnections(wait))
+	r.srv = srv
+}
+
+func (r *restartable) stop() {
+	r.srv.Shutdown()
+	r.srv.WaitForShutdown()
+}
+
+// copyStore copies the server's store folder to a new folder, and returns
+// it (the server is stopped).
+func (r *restartable) copyStore(t *testing.T) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "copy")
+	out, err := exec.Command("cp", "-a", r.opts.StoreDir, dst).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return dst
+}
+
+// restore replaces the server's store folder by copy (the server is
+// stopped), as an operator restoring a backup, or a power loss of a lazy
+// fsync, does.
+func (r *restartable) restore(t *testing.T, copy string) {
+	t.Helper()
+	require.NoError(t, os.RemoveAll(r.opts.StoreDir))
+	out, err := exec.Command("cp", "-a", copy, r.opts.StoreDir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+}
+
+// TestAStoreThatForgotStartsANewEpochFromWhatItHolds: a store's writes up
+// to k3 are copied; k4 to k6 are written and delivered to a watch; the
+// server comes back with the copy. The store no longer holds what the
+// watch delivered: the watch starts a new epoch, whose first event says
+// it keeps what the store holds (OpReset at 0), and delivers k1 to k3. A
+// store opened on the restored server by another process ends in the same
+// epoch.
+func TestAStoreThatForgotStartsANewEpochFromWhatItHolds(t *testing.T) {
+	srv := startRestartable(t)
+	reconnecting := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
+	nc := connectTo(t, srv.srv, reconnecting...)
+	st := openStore(t, nc, jetstream.Config{Storage: "file", CheckInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond})
+	rec := kvtest.Watch(t, st)
+	put := func(key, value string) kv.Revision {
+		t.Helper()
+		rev, err := st.Put(t.Context(), key, []byte(value))
+		require.NoError(t, err)
+		return rev
+	}
+	for _, k := range []string{"k1", "k2", "k3"} {
+		put(k, "old")
+	}
+	first, _ := kvtest.LastOf(rec.Await(t, "the watch reads the bucket", func(ev []kv.Event) bool { return kvtest.Count(ev, kv.OpSynced) > 0 }), kv.OpReset)
+	epoch := first.Revision.Epoch
+
+	srv.stop()
+	backup := srv.copyStore(t)
+	srv.start(t)
+	var last kv.Revision
+	for _, k := range []string{"k4", "k5", "k6"} {
+		require.Eventually(t, func() bool {
+			rev, err := st.Put(t.Context(), k, []byte("lost"))
+			last = rev
+			return err == nil
+		}, wait, 20*time.Millisecond, "writes succeed once the server is back")
+	}
+	rec.Await(t, "the watch delivers k6", func(ev []kv.Event) bool { return kvtest.Delivered(ev, last.Seq) })
+	assert.Equal(t, epoch, last.Epoch)
+
+	srv.stop()
+	srv.restore(t, backup)
+	before := len(rec.Events())
+	srv.start(t)
+
+	events := rec.Await(t, "a new epoch that keeps what the store holds", func(ev []kv.Event) bool {
+		for _, e := range ev[before:] {
+			if e.Op == kv.OpReset && e.Revision.Epoch != epoch {
+				return true
+			}
+		}
+		return false
+	})
+	var reset kv.Event
+	for _, e := range events[before:] {
+		if e.Op == kv.OpReset && e.Revision.Epoch != epoch {
+			reset = e
+			break
+		}
+	}
+	assert.True(t, strings.HasSuffix(reset.Revision.Epoch, "-kept"), "the new epoch says it keeps what was stored: %q", reset.Revision.Epoch)
+	assert.Zero(t, reset.Revision.Seq, "OpReset at 0: the epoch keeps the writes before its key")
+	events = rec.Await(t, "the new epoch's content", func(ev []kv.Event) bool {
+		return kvtest.Count(ev[before:], kv.OpSynced) > 0 && kvtest.State(ev, "k")["k1"] != ""
+	})
+	assert.Equal(t, map[string]string{"k1": "old", "k2": "old", "k3": "old"}, kvtest.State(events, "k"),
+		"the state is what the store holds: k4 to k6 are forgotten")
+	assert.Equal(t, uint64(1), st.Forgets())
+
+	// Another process on the restored server ends in the same epoch.
+	other := openStore(t, connectTo(t, srv.srv), jetstream.Config{Bucket: st.Bucket(), Storage: "file"})
+	ep, err := other.Epoch(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, reset.Revision.Epoch, ep)
+	assert.Zero(t, other.Forgets())
+}

@@ -153,10 +153,10 @@ func (s *Store) watchStuck(sub *nats.Subscription, p *pass, pr *progress) error 
 
 // pass is what a pass of Watch has delivered.
 type pass struct {
-	epoch  string
-	last   uint64 // sequence number of the last write delivered
-	synced bool   // the store's content has been delivered
-	exact  bool   // what was delivered is the store's content as of last
+	epoch    string
+	last     uint64 // sequence number of the last write delivered
+	synced   bool   // the store's content has been delivered
+	exact    bool   // what was delivered is the store's content as of last
 	consumed uint64 // the consumer's sequence number of the last message
 	// The last write delivered: its subject, time and value.
 	lastSubject string

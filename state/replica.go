@@ -116,15 +116,15 @@ type served struct {
 
 // onEvent is the watch's callback: one event, in the store's order.
 func (r *Replica) onEvent(ev kv.Event) {
-	if ok, sends := r.eventLocked(ev); ok {
+	if ok, sends := r.applyEvent(ev); ok {
 		r.answerReady()
 		r.sendLater(sends...)
 	}
 }
 
-// eventLocked applies ev under mu, and returns the overtaken writes that
+// applyEvent applies ev under mu, and returns the overtaken writes that
 // it settles (sweepOvertakenLocked); false if the Replica has stopped.
-func (r *Replica) eventLocked(ev kv.Event) (bool, []resend) {
+func (r *Replica) applyEvent(ev kv.Event) (bool, []resend) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase == stopped {

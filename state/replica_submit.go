@@ -148,16 +148,16 @@ func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
 // e's revision if e was stored; or e itself once more, if its condition
 // was refused by a write its watch has passed already.
 func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
-	s, ok := r.storedLocked(e, rev, err)
+	s, ok := r.recordStored(e, rev, err)
 	r.answerReady()
 	if ok {
 		r.sendLater(s)
 	}
 }
 
-// storedLocked records the store's answer to e, and returns what is to be
+// recordStored records the store's answer to e, and returns what is to be
 // sent now: the write chained after e, or e, overtaken, once more.
-func (r *Replica) storedLocked(e *write, rev kv.Revision, err error) (resend, bool) {
+func (r *Replica) recordStored(e *write, rev kv.Revision, err error) (resend, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	abandoned := e.phase == abandoned

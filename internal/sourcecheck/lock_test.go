@@ -21,8 +21,9 @@ var lockWaits = map[string]bool{"waitLocked": true}
 // TestEveryLockIsReleasedWhereItIsTaken: in every non-test function of the
 // module, each mutex locked is unlocked in the same function (or by its
 // defer), and none is unlocked that the function did not lock, so that a
-// reader checks each function alone. Function literals are functions of
-// their own.
+// reader checks each function alone; a function whose name ends in Locked
+// (its caller holds the lock) neither takes nor releases one. Function
+// literals are functions of their own.
 func TestEveryLockIsReleasedWhereItIsTaken(t *testing.T) {
 	fset := token.NewFileSet()
 	funcs := 0
@@ -56,6 +57,13 @@ func TestEveryLockIsReleasedWhereItIsTaken(t *testing.T) {
 				return true
 			}
 			funcs++
+			if strings.HasSuffix(name, "Locked") {
+				// Its caller holds the lock: it neither takes nor releases one.
+				if locks, unlocks := lockCalls(body); len(locks)+len(unlocks) > 0 {
+					assert.Fail(t, "a function named ...Locked takes or releases a lock", "%s: %s", fset.Position(n.Pos()), name)
+				}
+				return true
+			}
 			for _, problem := range lockBalance(body) {
 				assert.Fail(t, "a lock taken and released in different functions", "%s: %s %s", fset.Position(n.Pos()), name, problem)
 			}
@@ -70,7 +78,25 @@ func TestEveryLockIsReleasedWhereItIsTaken(t *testing.T) {
 // lockBalance returns what is wrong with the locking of one function body,
 // function literals inside it left out.
 func lockBalance(body *ast.BlockStmt) []string {
-	locks, unlocks := map[string]int{}, map[string]int{}
+	locks, unlocks := lockCalls(body)
+	var out []string
+	for m := range locks {
+		if unlocks[m] == 0 {
+			out = append(out, "locks "+m+" and never unlocks it")
+		}
+	}
+	for m := range unlocks {
+		if locks[m] == 0 {
+			out = append(out, "unlocks "+m+", which it did not lock")
+		}
+	}
+	return out
+}
+
+// lockCalls counts the Lock and Unlock calls of a function body by mutex,
+// function literals inside it left out.
+func lockCalls(body *ast.BlockStmt) (locks, unlocks map[string]int) {
+	locks, unlocks = map[string]int{}, map[string]int{}
 	ast.Inspect(body, func(n ast.Node) bool {
 		switch n := n.(type) {
 		case *ast.FuncLit:
@@ -89,18 +115,7 @@ func lockBalance(body *ast.BlockStmt) []string {
 		}
 		return true
 	})
-	var out []string
-	for m := range locks {
-		if unlocks[m] == 0 {
-			out = append(out, "locks "+m+" and never unlocks it")
-		}
-	}
-	for m := range unlocks {
-		if locks[m] == 0 {
-			out = append(out, "unlocks "+m+", which it did not lock")
-		}
-	}
-	return out
+	return locks, unlocks
 }
 
 // exprString names the mutex of a Lock call: r.mu, s.probeMu.

@@ -50,3 +50,12 @@ func TestMailboxKeepsTheNewestUpdateAndFlagsMixedEpochs(t *testing.T) {
 		})
 	}
 }
+
+func TestAStaleReportIsADistinctErrorKind(t *testing.T) {
+	var err error = &ServiceError{Subject: "flow.heartbeat.7", Code: 409, Reason: "stale report of node 7"}
+	assert.ErrorIs(t, err, ErrStale)
+	assert.False(t, err.(*ServiceError).Rejected(), "not a bad report: 400 is")
+	for _, code := range []int{400, 503, 507} {
+		assert.NotErrorIs(t, &ServiceError{Code: code}, ErrStale, "code %d", code)
+	}
+}

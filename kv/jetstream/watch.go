@@ -104,7 +104,7 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		// Until the next read of the epoch key (CheckInterval), which a
 		// steady stream of messages does not put off.
 		check, cancel := clock.WithTimeout(ctx, s.cfg.Clock, s.cfg.CheckInterval)
-		err := s.watchUntil(check, sub, &p, fn)
+		err := s.watchUntil(ctx, check, sub, &p, fn)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -174,8 +174,8 @@ func (p *pass) advance(mark watermark) watermark {
 }
 
 // watchUntil delivers the subscription's messages until check ends (nil)
-// or the pass must end (its error).
-func (s *Store) watchUntil(check context.Context, sub *nats.Subscription, p *pass, fn func(kv.Event)) error {
+// or the pass must end (its error); ctx is the pass's.
+func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p *pass, fn func(kv.Event)) error {
 	for check.Err() == nil {
 		m, err := sub.NextMsgWithContext(check)
 		if err != nil {
@@ -191,9 +191,12 @@ func (s *Store) watchUntil(check context.Context, sub *nats.Subscription, p *pas
 		if meta.Sequence.Consumer <= p.consumed {
 			// The consumer was recreated (a reconnection, a server that
 			// came back): what it delivers may be another history, if the
-			// store forgot. The next pass checks first.
-			s.log.Debug("the watch's consumer was recreated: starting over", slog.String("bucket", s.cfg.Bucket))
-			return errStartOver
+			// store forgot. Before it is applied, the stream must still
+			// hold the last write delivered.
+			s.mark = p.advance(s.mark)
+			if err := s.startOverForgotten(ctx, p.epoch); err != nil {
+				return err
+			}
 		}
 		p.consumed = meta.Sequence.Consumer
 		seq := meta.Sequence.Stream

@@ -127,9 +127,9 @@
 // the reports. A write the store refuses names the key's later write that
 // beat it (its report through another worker that this worker's watch had
 // not applied yet, or this worker's own write of unknown outcome): it
-// waits, once, for the watch to pass that write and is sent again,
-// conditioned on it (replica_overtaken.go). Refused again, or not passed
-// within ApplyTimeout, it is answered ErrConflict, which wraps
+// waits for the watch to pass that write and is sent again, conditioned on
+// it, as often as it is refused within ApplyTimeout of its first refusal
+// (replica_overtaken.go). Past that, it is answered ErrConflict, which wraps
 // kv.ErrUnavailable: nothing was stored, and the node's next report,
 // conditioned on what the watch applied by then, settles it. What the condition cannot catch is a report that reaches
 // this worker after a later report of its node was stored: the README

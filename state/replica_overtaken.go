@@ -10,23 +10,28 @@ import (
 // knows it. When another worker wrote the key meanwhile (the node's
 // reports reach both, faster than their watches pass each other's
 // writes), the store refuses it and names the write that beat it. Such a
-// write is not answered 503 at once: it waits (overtaken), once, until
-// this worker's watch has passed that write, and is then sent again,
-// conditioned on it. A write the watch does not pass within ApplyTimeout,
-// or refused a second time, is answered ErrConflict.
+// write is not answered 503 at once: it waits (overtaken) until this
+// worker's watch has passed that write, and is then sent again,
+// conditioned on it; refused again (another write of the node beat it
+// meanwhile), it waits again. Within ApplyTimeout of its first refusal:
+// past it, it is answered ErrConflict.
 
 // overtakeLocked moves e, whose put the store answered with err, to
 // overtaken if err is a refusal of its condition that names the key's last
-// write and e was not overtaken before: true if it did.
+// write, and ApplyTimeout has not passed since its first refusal: true if
+// it did.
 func (r *Replica) overtakeLocked(e *write, err error) bool {
-	if err == nil || e.retried || r.phase == stopped || e.epoch != r.watch.epoch {
+	if err == nil || r.phase == stopped || e.epoch != r.watch.epoch || e.retried && r.clock > e.deadline {
 		return false
 	}
 	last, ok := kv.LastWriteOf(err)
 	if !ok {
 		return false
 	}
-	e.retried, e.waitFor, e.deadline = true, last, r.clock+applyTicks
+	if !e.retried {
+		e.retried, e.deadline = true, r.clock+applyTicks // one deadline for every retry
+	}
+	e.waitFor = last
 	e.to(overtaken)
 	r.writes.overtaken = append(r.writes.overtaken, e)
 	return true

@@ -15,7 +15,7 @@ import (
 //
 //	queued    → chained, sent or refused (its check)
 //	chained   → sent (the write before it was answered), refused, abandoned
-//	sent      → stored, refused, overtaken (its condition refused, once), abandoned
+//	sent      → stored, refused, overtaken (its condition refused), abandoned
 //	overtaken → sent (the watch passed the write that beat it), refused, abandoned
 //	stored, refused → answered (its turn) → free (reused)
 //	abandoned → free (the store, the write before it or the watch answered)
@@ -37,9 +37,9 @@ const (
 	// sent: its put is in flight; the store answers it (PutDone).
 	sent
 	// overtaken: the store refused its put's condition, naming a later write
-	// of the node's key that this worker's watch had not applied: it
-	// waits, once, for the watch to pass that write, then is checked again
-	// and sent (resumeLocked), or refused when its deadline passes.
+	// of the node's key that this worker's watch had not applied: it waits
+	// for the watch to pass that write, then is sent again (resumeLocked),
+	// or refused once ApplyTimeout has passed since its first refusal.
 	overtaken
 	// stored: the store took it at seq; it is answered once the watch has
 	// applied it, or its deadline passed.
@@ -92,7 +92,7 @@ type write struct {
 	deadline uint64 // the clock tick past which the watch is late to apply it (stored), or to pass waitFor (overtaken)
 	err      error  // why it is not acknowledged
 	waitFor  uint64 // overtaken: the write of the node's key that beat it
-	retried  bool   // it was overtaken once: a second refusal is final
+	retried  bool   // it was overtaken before: deadline is ApplyTimeout past its first refusal
 
 	// A write of a node whose previous write from this worker is not
 	// answered by the store yet waits for that answer: next links them, and

@@ -193,32 +193,3 @@ func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, Me
 	}
 	return evicted, res, nil
 }
-
-// Clear forgets every report and starts a new epoch, as a metasrv leader
-// change resets the seed's in-memory KV: no report from before it
-// reappears, and the state is at revision 0 (the seed's None) until the
-// next report. Revisions keep growing across it.
-func (m *Manager) Clear() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.epoch = kv.NewEpoch()
-	m.rev, m.deltaBase = 0, 0
-	m.agg.Reset()
-}
-
-// Dump renders the seed's store from the state: every node's last report
-// under NodeKey(id) and, once a report was applied in this epoch, the
-// aggregate under StateKey, each in its exact stored bytes
-// (flowstate.AppendJSON). It is what the seed's KV would hold.
-func (m *Manager) Dump() map[string][]byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string][]byte, len(m.agg.nodes)+1)
-	for id, flows := range m.agg.Nodes() {
-		out[flowstate.NodeKey(id)] = flowstate.AppendJSON(nil, flows)
-	}
-	if m.rev != 0 {
-		out[flowstate.StateKey] = flowstate.AppendJSON(nil, m.agg.AppendFlows(nil))
-	}
-	return out
-}

@@ -63,7 +63,7 @@ func TestGetReadsAStateLargerThanTheMaxPayload(t *testing.T) {
 	body, jv, err := c.GetJSON(testCtx(t))
 	require.NoError(t, err)
 	assert.Equal(t, v, jv)
-	assert.Equal(t, string(flowstate.AppendJSON(nil, want.Flows())), string(body), "the seed's bytes, of any size")
+	assert.Equal(t, string(flowstate.AppendJSON(nil, want.Flows())), string(body), "GreptimeDB's bytes, of any size")
 	assert.Greater(t, len(body), 4096)
 }
 

@@ -15,7 +15,7 @@ import (
 // nats-server with its default 1 MB max payload to 25,000 flows, whose
 // JSON does not fit one message: __flow/state is deleted rather than left
 // at an older value, the worker says so (its gauge, its log), and
-// `worker get --json` prints the whole state, the seed's exact bytes. Once
+// `worker get --json` prints the whole state, GreptimeDB's exact bytes. Once
 // the state shrinks back, the key holds exactly `worker get --json`'s bytes
 // within 3 s.
 func TestJetStreamAggregateKeyIsNeverStale(t *testing.T) {

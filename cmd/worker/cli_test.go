@@ -85,7 +85,7 @@ func TestGetJSONPrintsTheWorkersBytesAndANewline(t *testing.T) {
 
 // TestGetJSONPrintsAStateLargerThanOneMessage: past the server's max
 // payload the worker's single-message JSON answers 413, and get --json
-// still prints the seed's exact bytes, rendered from a chunked snapshot.
+// still prints GreptimeDB's exact bytes, rendered from a chunked snapshot.
 func TestGetJSONPrintsAStateLargerThanOneMessage(t *testing.T) {
 	srv := natstest.Start(t, &server.Options{MaxPayload: 8192})
 	startTestWorker(t, srv, consumer.Config{})

@@ -166,18 +166,17 @@ func TestJetStreamClusterKeepsServingWhenAServerDies(t *testing.T) {
 // a 503 (a worker whose read barrier cannot pass yet) is asked again.
 func awaitGet(t testing.TB, c *client, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	wait.Until(t, timeout, 50*time.Millisecond, func() (bool, string) {
 		msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
-		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" {
-			return
+		if err != nil {
+			return false, fmt.Sprintf("no get answered: %v", err)
 		}
-		if err == nil {
-			require.Equal(t, "503", msg.Header.Get(micro.ErrorCodeHeader), "only 503 while a worker catches up: %s", msg.Header.Get(micro.ErrorHeader))
+		code := msg.Header.Get(micro.ErrorCodeHeader)
+		if code != "" {
+			require.Equal(t, "503", code, "only 503 while a worker catches up: %s", msg.Header.Get(micro.ErrorHeader))
 		}
-		require.True(t, time.Now().Before(deadline), "no get answered within %v", timeout)
-		time.Sleep(50 * time.Millisecond)
-	}
+		return code == "", "no get answered with the state: 503"
+	})
 }
 
 // TestJetStreamWorkerStartsWhileTheStreamLeaderRestarts starts workers
@@ -212,12 +211,10 @@ func TestJetStreamWorkerStartsWhileTheStreamLeaderRestarts(t *testing.T) {
 // bucket's stream, once there is one (30 s at most).
 func awaitStreamLeader(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if i := proctest.StreamLeader(js, "KV_"+jsBucket, 2*time.Second); i >= 0 {
-			return i
-		}
-		require.True(t, time.Now().Before(deadline), "the bucket's stream has no leader within 30 s")
-		time.Sleep(100 * time.Millisecond)
-	}
+	leader := -1
+	wait.Until(t, 30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		leader = proctest.StreamLeader(js, "KV_"+jsBucket, 2*time.Second)
+		return leader >= 0, "the bucket's stream has no leader"
+	})
+	return leader
 }

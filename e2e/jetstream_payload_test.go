@@ -70,15 +70,10 @@ func TestJetStreamAggregateKeyIsNeverStale(t *testing.T) {
 // awaitKeyGone waits until the bucket's key is deleted.
 func awaitKeyGone(t testing.TB, kv jetstream.KeyValue, key string) {
 	t.Helper()
-	deadline := time.Now().Add(messageTimeout)
-	for {
+	wait.Until(t, messageTimeout, 20*time.Millisecond, func() (bool, string) {
 		_, err := kv.Get(t.Context(), key)
-		if errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrKeyNotFound) {
-			return
-		}
-		require.True(t, time.Now().Before(deadline), "key %s still there (%v) after %v", key, err, messageTimeout)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrKeyNotFound), fmt.Sprintf("key %s still there (%v)", key, err)
+	})
 }
 
 // workerGetJSON runs `worker get --json` against natsURL and returns what

@@ -107,9 +107,6 @@ func (c *Client) HeartbeatSubject(nodeID uint64) string {
 	return c.hbPrefix + strconv.FormatUint(nodeID, 10)
 }
 
-// StateSubject returns the subject the worker publishes the aggregate on.
-func (c *Client) StateSubject() string { return c.stateSubject }
-
 // request sends msg as a request, bounded by ctx and the client's timeout,
 // and returns the reply. A reply with the service error headers returns a
 // *ServiceError; no worker listening returns an error wrapping ErrNoWorker.

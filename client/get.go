@@ -58,17 +58,6 @@ func (c *Client) Get(ctx context.Context) (State, error) {
 	return s, err
 }
 
-// GetSingle returns the aggregate in the single-message form of a v1 get:
-// a worker answers 413 when it exceeds the connection's max payload. Get
-// reads any size; GetSingle is for comparing the two forms.
-func (c *Client) GetSingle(ctx context.Context) (State, error) {
-	reply, err := c.request(ctx, &nats.Msg{Subject: c.getSubject})
-	if err != nil {
-		return State{}, err
-	}
-	return decodeState(reply)
-}
-
 // GetJSON returns the worker's current aggregate as the exact bytes that
 // GreptimeDB's serde_json writes for FlowStateValue, with its version, for
 // a state of any size: it reads the chunked snapshot (Get) and renders its
@@ -79,26 +68,6 @@ func (c *Client) GetJSON(ctx context.Context) ([]byte, flowstate.Version, error)
 		return nil, flowstate.Version{}, err
 	}
 	return flowstate.AppendJSON(nil, s.Value.Flows()), s.Version, nil
-}
-
-// GetJSONSingle is GetJSON in one message of the worker, which renders the
-// JSON itself (Accept: application/json): a worker answers 413 when it
-// exceeds the connection's max payload. GetJSON reads any size.
-func (c *Client) GetJSONSingle(ctx context.Context) ([]byte, flowstate.Version, error) {
-	msg := nats.NewMsg(c.getSubject)
-	msg.Header.Set(protocol.HeaderAccept, protocol.ContentTypeJSON)
-	reply, err := c.request(ctx, msg)
-	if err != nil {
-		return nil, flowstate.Version{}, err
-	}
-	v, err := parseVersion(reply.Header)
-	if err != nil {
-		return nil, flowstate.Version{}, err
-	}
-	if ct := mediaType(reply.Header); ct != protocol.ContentTypeJSON {
-		return nil, flowstate.Version{}, fmt.Errorf("%w: asked for %s, got Content-Type %q", ErrBadReply, protocol.ContentTypeJSON, ct)
-	}
-	return reply.Data, v, nil
 }
 
 // decodeState decodes an aggregate message, a get's reply or an update,

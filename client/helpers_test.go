@@ -14,6 +14,7 @@ import (
 	"github.com/flowstate-io/flowstate/client"
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/state"
 )
 
@@ -138,4 +139,16 @@ func mustSend(tb testing.TB, c *client.Client, r client.Report) flowstate.Versio
 // describe is a State in one line, for failure messages.
 func describe(s client.State) string {
 	return fmt.Sprintf("%s/%d (%d flows, epoch changed %v)", s.Epoch, s.Revision, len(s.Value.StateSize), s.EpochChanged)
+}
+
+// singleGet sends the single-message (v1) get on subject, asking for
+// accept when it is set, and returns the reply: what a client that predates
+// chunked gets receives.
+func singleGet(tb testing.TB, srv *server.Server, subject, accept string) *nats.Msg {
+	tb.Helper()
+	req := nats.NewMsg(subject)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	return natstest.Request(tb, srv, req, waitTimeout)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -49,23 +50,20 @@ func TestGetReadsAStateLargerThanTheMaxPayload(t *testing.T) {
 		maps.Copy(want.StartTimeMap, r.Value.StartTimeMap)
 	}
 
-	_, err := c.GetSingle(testCtx(t))
-	var se *client.ServiceError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, 413, se.Code, "the single-message form does not fit")
+	msg := singleGet(t, srv, "flow.state.get", "")
+	assert.Equal(t, "413", msg.Header.Get(micro.ErrorCodeHeader), "the single-message form does not fit")
 
 	s, err := c.Get(testCtx(t))
 	require.NoError(t, err)
 	assert.Equal(t, v, s.Version)
 	assert.True(t, want.Equal(s.Value))
 
-	_, _, err = c.GetJSONSingle(testCtx(t))
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, 413, se.Code, "the single-message JSON does not fit")
+	msg = singleGet(t, srv, "flow.state.get", "application/json")
+	assert.Equal(t, "413", msg.Header.Get(micro.ErrorCodeHeader), "the single-message JSON does not fit")
 	body, jv, err := c.GetJSON(testCtx(t))
 	require.NoError(t, err)
 	assert.Equal(t, v, jv)
-	assert.Equal(t, string(flowstate.AppendJSON(nil, want.Flows())), string(body), "the seed's bytes, of any size")
+	assert.Equal(t, string(flowstate.AppendJSON(nil, want.Flows())), string(body), "GreptimeDB's bytes, of any size")
 	assert.Greater(t, len(body), 4096)
 }
 

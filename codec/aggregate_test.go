@@ -35,7 +35,7 @@ func TestAppendAggregateWritesTheDocumentedBytes(t *testing.T) {
 	}{
 		{"nothing gives three empty maps", nil,
 			"83 " + hexStateSize + " 80 " + hexLastExec + " 80 " + hexStartTime + " 80"},
-		{"the seed's example", []flowstate.Flow{
+		{"GreptimeDB's example", []flowstate.Flow{
 			{ID: 1, Has: hasSize | hasLast, StateSize: 1024, LastExecTime: 1_700_000_000_000},
 			sizeFlow(2, 2048),
 		}, "83 " + hexStateSize + " 82 01 cd0400 02 cd0800 " +

@@ -119,7 +119,7 @@ func aggregateInputs() []struct {
 		flows []flowstate.Flow
 	}{
 		{"empty", nil},
-		{"the seed's example", []flowstate.Flow{
+		{"GreptimeDB's example", []flowstate.Flow{
 			{ID: 1, Has: hasSize | hasLast, StateSize: 1024, LastExecTime: 1_700_000_000_000},
 			sizeFlow(2, 2048)}},
 		{"ids ascend numerically: 2 before 10", []flowstate.Flow{lastFlow(2, 1), sizeFlow(10, 1), startFlow(100, 1)}},

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 func TestNodesViewListsEachNodeWithEpochTimeAndFlows(t *testing.T) {
@@ -67,7 +69,9 @@ func TestSilentNodeIsEvictedAfterTheTTL(t *testing.T) {
 	_, getRev, _ := get(t, f.nc, false)
 	assert.Greater(t, getRev, rev)
 	assert.EqualValues(t, 1, f.worker.Stats().Evicted)
-	assert.NotContains(t, f.mgr.Dump(), flowstate.NodeKey(1))
+	nodes, _, err := f.mgr.Nodes(t.Context())
+	require.NoError(t, err)
+	assert.False(t, slices.ContainsFunc(nodes, func(n state.NodeInfo) bool { return n.ID == 1 }), "node 1 is no longer stored")
 }
 
 func TestStatsReportTheStateAndReadiness(t *testing.T) {

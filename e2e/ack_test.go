@@ -41,7 +41,7 @@ func TestAckCarriesIncreasingRevisionAndEpoch(t *testing.T) {
 	}
 }
 
-// aggregateOf is the seed's merge of every node's last report: per flow and
+// aggregateOf is GreptimeDB's merge of every node's last report: per flow and
 // field, the max over the nodes that report it.
 func aggregateOf(reports map[uint64]flowState) flowState {
 	agg := flowState{}.normalized()

@@ -32,7 +32,7 @@ func decodeAggregate(t testing.TB, body []byte) flowState {
 	return s.normalized()
 }
 
-// serdeJSON writes what serde_json writes for the seed's FlowStateValue:
+// serdeJSON writes what serde_json writes for GreptimeDB's FlowStateValue:
 // fields in declared order, no spaces, flow ids as strings in ascending
 // numeric order.
 func serdeJSON(s flowState) []byte {

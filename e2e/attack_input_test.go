@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // The attacks of issue 11 by what a client sends (6, 8 and 9): large
@@ -73,15 +76,15 @@ func TestAttackLargeBodiesAreCountedAndSurvived(t *testing.T) {
 	// A dropped worker reconnects by itself (500 ms and jitter): a
 	// flownode that finds no responder sends its next heartbeat a little
 	// later, and is acked.
-	var acked bool
-	for deadline := time.Now().Add(stopTimeout); !acked && time.Now().Before(deadline); {
+	// 100 ms between tries: the next heartbeat.
+	wait.Until(t, stopTimeout, 100*time.Millisecond, func() (bool, string) {
 		msg, err := c.nc.Request(c.heartbeatSubject(1), legit, requestTimeout)
-		acked = err == nil && answer(msg).Code == ""
-		if !acked {
-			<-time.After(100 * time.Millisecond) // the next heartbeat
+		if err != nil {
+			return false, fmt.Sprintf("a legitimate report after the attack: %v", err)
 		}
-	}
-	assert.True(t, acked, "a legitimate report after the attack is acked")
+		a := answer(msg)
+		return a.Code == "", fmt.Sprintf("a legitimate report after the attack answered %s", a.Code)
+	})
 	slow, exposed := scrapeMetric(t, addr, "flowstate_nats_slow_consumer_disconnects_total")
 	assert.True(t, exposed, "the worker counts the server's slow-consumer drops")
 	closed, _ := scrapeMetric(t, addr, `flowstate_nats_disconnects_total{cause="server_closed"}`)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/internal/proctest"
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // confServer is a nats-server process that runs with a configuration file,
@@ -139,19 +140,17 @@ func dialClient(t testing.TB, w *workerProc, opts ...nats.Option) *client {
 // the whole wait; the worker must stay up meanwhile.
 func awaitServing(t testing.TB, w *workerProc, c *client) {
 	t.Helper()
-	deadline := time.Now().Add(startTimeout)
-	poll := time.NewTicker(20 * time.Millisecond)
-	defer poll.Stop()
-	for {
-		msg, err := c.nc.Request(c.prefix+".state.get", nil, time.Second)
+	var msg *nats.Msg
+	wait.Until(t, startTimeout, 20*time.Millisecond, func() (bool, string) {
+		var err error
+		msg, err = c.nc.Request(c.prefix+".state.get", nil, time.Second)
 		if err == nil {
-			parseAggregateMsg(t, msg)
-			return
+			return true, ""
 		}
 		require.False(t, w.p.exited(), "worker exited with code %d; stderr:\n%s", w.p.code, w.Stderr())
-		require.True(t, time.Now().Before(deadline), "worker did not answer a get within %v: %v; stderr:\n%s", startTimeout, err, w.Stderr())
-		<-poll.C
-	}
+		return false, fmt.Sprintf("worker did not answer a get: %v; stderr:\n%s", err, w.Stderr())
+	})
+	parseAggregateMsg(t, msg)
 }
 
 // requireServes sends a report as a request through c, requires an ack,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/internal/netfault"
 	"github.com/flowstate-io/flowstate/internal/proctest"
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // workerServerConf is the server configuration for workers of docs/operating.md: a
@@ -34,25 +35,22 @@ const (
 func awaitReadyz(t testing.TB, w *workerProc, addr string, want int, bound time.Duration) string {
 	t.Helper()
 	httpc := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(bound)
-	poll := time.NewTicker(100 * time.Millisecond)
-	defer poll.Stop()
-	last := ""
-	for {
-		if resp, err := httpc.Get("http://" + addr + "/readyz"); err == nil {
+	var answered string
+	wait.Until(t, bound, 100*time.Millisecond, func() (bool, string) {
+		resp, err := httpc.Get("http://" + addr + "/readyz")
+		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
 			if resp.StatusCode == want {
-				return strings.TrimSpace(string(body))
+				answered = strings.TrimSpace(string(body))
+				return true, ""
 			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-		} else {
-			last = err.Error()
+			err = fmt.Errorf("%d %s", resp.StatusCode, body)
 		}
 		require.False(t, w.p.exited(), "worker exited with code %d; stderr:\n%s", w.p.code, w.Stderr())
-		require.True(t, time.Now().Before(deadline), "/readyz did not answer %d within %v; last: %s; stderr:\n%s", want, bound, last, w.Stderr())
-		<-poll.C
-	}
+		return false, fmt.Sprintf("/readyz did not answer %d; last: %v; stderr:\n%s", want, err, w.Stderr())
+	})
+	return answered
 }
 
 // reportSoon sends a report as a request until it is acked, within
@@ -60,15 +58,17 @@ func awaitReadyz(t testing.TB, w *workerProc, addr string, want int, bound time.
 // the worker's old subscription.
 func reportSoon(t testing.TB, c *client, node uint64, s flowState) version {
 	t.Helper()
-	deadline := time.Now().Add(noticeWait)
-	for {
-		msg, err := c.nc.Request(c.heartbeatSubject(node), codecReport(node, s), time.Second)
+	var msg *nats.Msg
+	wait.Until(t, noticeWait, 0, func() (bool, string) {
+		var err error
+		msg, err = c.nc.Request(c.heartbeatSubject(node), codecReport(node, s), time.Second)
 		if err == nil {
-			return requireAck(t, msg)
+			return true, ""
 		}
 		require.True(t, errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders), "report of node %d: %v", node, err)
-		require.True(t, time.Now().Before(deadline), "report of node %d not acked within %v: %v", node, noticeWait, err)
-	}
+		return false, fmt.Sprintf("report of node %d not acked: %v", node, err)
+	})
+	return requireAck(t, msg)
 }
 
 // A worker whose link to its server stalls (no byte either way, sockets

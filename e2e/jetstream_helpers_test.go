@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // The bucket of --kv jetstream, and its keys.
@@ -164,11 +166,10 @@ func (r *reporters) acked() int {
 func (r *reporters) awaitAcks(n int, timeout time.Duration) {
 	r.t.Helper()
 	want := r.acked() + n
-	deadline := time.Now().Add(timeout)
-	for r.acked() < want {
-		require.True(r.t, time.Now().Before(deadline), "%d reports acked within %v, want %d; failures: %s", r.acked(), timeout, want, r.failures())
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.Until(r.t, timeout, 10*time.Millisecond, func() (bool, string) {
+		got := r.acked()
+		return got >= want, fmt.Sprintf("%d reports acked, want %d; failures: %s", got, want, r.failures())
+	})
 }
 
 // want is the aggregate of every node's last acked report.
@@ -236,56 +237,55 @@ func requireConverged(t testing.TB, c *client, want flowState, n int) version {
 func awaitConverged(t testing.TB, c *client, want flowState, n int, timeout time.Duration) {
 	t.Helper()
 	want = want.normalized()
-	deadline := time.Now().Add(timeout)
-	for inARow := 0; inARow < n; {
-		require.True(t, time.Now().Before(deadline), "the workers did not all serve the final state within %v", timeout)
-		// A worker whose read barrier cannot pass yet answers 503.
-		msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
-		if err == nil && msg.Header.Get(micro.ErrorCodeHeader) == "" && reflect.DeepEqual(want, decodeAggregate(t, msg.Data)) {
-			inARow++
-			continue
+	wait.Until(t, timeout, 50*time.Millisecond, func() (bool, string) {
+		for i := range n {
+			// A worker whose read barrier cannot pass yet answers 503.
+			msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
+			switch {
+			case err != nil:
+				return false, fmt.Sprintf("get %d in a row: %v", i, err)
+			case msg.Header.Get(micro.ErrorCodeHeader) != "":
+				return false, fmt.Sprintf("get %d in a row answered %s", i, msg.Header.Get(micro.ErrorCodeHeader))
+			case !reflect.DeepEqual(want, decodeAggregate(t, msg.Data)):
+				return false, fmt.Sprintf("get %d in a row: not the final state", i)
+			}
 		}
-		inARow = 0
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 // awaitKey waits until the bucket's key holds want.
 func awaitKey(t testing.TB, kv jetstream.KeyValue, key, want string) {
 	t.Helper()
-	deadline := time.Now().Add(messageTimeout)
-	var got string
-	for time.Now().Before(deadline) {
+	wait.Until(t, messageTimeout, 20*time.Millisecond, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
 		e, err := kv.Get(ctx, key)
-		cancel()
-		if err == nil {
-			got = string(e.Value())
-			if got == want {
-				return
-			}
+		if err != nil {
+			return false, fmt.Sprintf("key %s of the bucket: %v", key, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	require.Equal(t, want, got, "key %s of the bucket", key)
+		got := string(e.Value())
+		return got == want, fmt.Sprintf("key %s of the bucket holds %q, want %q", key, got, want)
+	})
 }
 
 // awaitEpochChange polls get until the epoch differs from old, and returns
 // the first get of the new epoch.
 func awaitEpochChange(t testing.TB, c *client, old string, timeout time.Duration) aggregateMsg {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var m aggregateMsg
+	wait.Until(t, timeout, 20*time.Millisecond, func() (bool, string) {
 		msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
-		if err == nil && msg.Header.Get(micro.ErrorHeader) == "" {
-			m := parseAggregateMsg(t, msg)
-			if m.Epoch != old {
-				return m
-			}
+		if err != nil {
+			return false, fmt.Sprintf("no new epoch: get: %v", err)
 		}
-		require.True(t, time.Now().Before(deadline), "no new epoch within %v", timeout)
-		time.Sleep(20 * time.Millisecond)
-	}
+		if msg.Header.Get(micro.ErrorHeader) != "" {
+			return false, fmt.Sprintf("no new epoch: get answered %s", msg.Header.Get(micro.ErrorCodeHeader))
+		}
+		m = parseAggregateMsg(t, msg)
+		return m.Epoch != old, fmt.Sprintf("no new epoch: still %s", old)
+	})
+	return m
 }
 
 // awaitEveryWorkerAt waits until ten gets in a row, answered by whichever
@@ -294,18 +294,19 @@ func awaitEpochChange(t testing.TB, c *client, old string, timeout time.Duration
 // wiped epoch), and no get may show another state.
 func awaitEveryWorkerAt(t testing.TB, c *client, v version, timeout time.Duration, what string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for inARow := 0; inARow < 10; {
-		require.True(t, time.Now().Before(deadline), "%s: the workers did not all serve %+v within %v", what, v, timeout)
-		msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
-		if err != nil || msg.Header.Get(micro.ErrorHeader) != "" {
-			inARow = 0
-			time.Sleep(20 * time.Millisecond)
-			continue
+	wait.Until(t, timeout, 20*time.Millisecond, func() (bool, string) {
+		for i := range 10 {
+			msg, err := c.nc.Request(c.prefix+".state.get", nil, requestTimeout)
+			if err != nil {
+				return false, fmt.Sprintf("%s: the workers do not all serve %+v: get %d in a row: %v", what, v, i, err)
+			}
+			if code := msg.Header.Get(micro.ErrorCodeHeader); msg.Header.Get(micro.ErrorHeader) != "" {
+				return false, fmt.Sprintf("%s: the workers do not all serve %+v: get %d in a row answered %s", what, v, i, code)
+			}
+			require.Equal(t, v, parseAggregateMsg(t, msg).version, "%s: a get showed another state", what)
 		}
-		require.Equal(t, v, parseAggregateMsg(t, msg).version, "%s: a get showed another state", what)
-		inARow++
-	}
+		return true, ""
+	})
 }
 
 // publishesTotal scrapes a worker's flowstate_publishes_total.

@@ -16,7 +16,7 @@ import (
 // TestJetStreamWorkersShareOneState runs three workers on one bucket while
 // 100 nodes report concurrently: every get, whichever worker answers it, is
 // the exact aggregate of each node's last acked report, at one version;
-// the bucket holds the seed's keys and values; one worker publishes.
+// the bucket holds GreptimeDB's keys and values; one worker publishes.
 func TestJetStreamWorkersShareOneState(t *testing.T) {
 	t.Parallel()
 	srv := startJetStreamServer(t)
@@ -39,7 +39,7 @@ func TestJetStreamWorkersShareOneState(t *testing.T) {
 		assert.NotZero(t, n, "worker %s served gets", id)
 	}
 
-	// The bucket: the seed's keys, values in serde_json's form.
+	// The bucket: GreptimeDB's keys, values in serde_json's form.
 	_, kv := jsKV(t, c.nc)
 	awaitKey(t, kv, jsStateKey, string(serdeJSON(want)))
 	e, err := kv.Get(t.Context(), "__flow/state/node/7")

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // oldServerVersion is a nats-server that does not enforce subject-fenced
@@ -181,20 +183,16 @@ func TestWorkerWithJetStreamExitsWhenTheStreamLeaderIsOlderThan2_11(t *testing.T
 // time, which on a loaded machine may take a few rounds.
 func createPlacedBucket(t testing.TB, js jetstream.JetStream, bucket, tag string) {
 	t.Helper()
-	deadline := time.Now().Add(9 * startTimeout)
-	for {
+	// 100 ms between tries: no meta leader yet.
+	wait.Until(t, 9*startTimeout, 100*time.Millisecond, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(t.Context(), requestTimeout)
+		defer cancel()
 		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: bucket, History: 1, Storage: jetstream.MemoryStorage, Replicas: 1,
 			Placement: &jetstream.Placement{Tags: []string{tag}},
 		})
-		cancel()
-		if err == nil {
-			break
-		}
-		require.False(t, time.Now().After(deadline), "create bucket %s on %s: %v", bucket, tag, err)
-		<-time.After(100 * time.Millisecond) // no meta leader yet
-	}
+		return err == nil, fmt.Sprintf("create bucket %s on %s: %v", bucket, tag, err)
+	})
 	stream, err := js.Stream(t.Context(), "KV_"+bucket)
 	require.NoError(t, err)
 	require.NotNil(t, stream.CachedInfo().Cluster)

@@ -15,7 +15,7 @@ type mergeStep struct {
 	report flowState
 }
 
-// mergeRules are the seed's merge tests, as reports sent through the wire
+// mergeRules are GreptimeDB's merge tests, as reports sent through the wire
 // and the aggregate a get must then return.
 var mergeRules = []struct {
 	name  string
@@ -92,7 +92,7 @@ var mergeRules = []struct {
 	},
 }
 
-// TestMergeRules runs each of the seed's merge rules through the wire, with
+// TestMergeRules runs each of GreptimeDB's merge rules through the wire, with
 // reports written by each encoder, and requires the exact aggregate.
 func TestMergeRules(t *testing.T) {
 	t.Parallel()

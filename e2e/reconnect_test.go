@@ -1,13 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // TestWorkerServesAgainAfterServerRestart restarts the NATS server under a
@@ -25,19 +27,12 @@ func TestWorkerServesAgainAfterServerRestart(t *testing.T) {
 	srv.Restart()
 
 	// Poll get until the worker is back (it reconnects after 0.5–1.5 s).
-	deadline := time.Now().Add(startTimeout)
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
 	var msg *nats.Msg
-	for {
+	wait.Until(t, startTimeout, 50*time.Millisecond, func() (bool, string) {
 		var err error
 		msg, err = c.nc.Request(w.Prefix+".state.get", nil, time.Second)
-		if err == nil {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "worker did not serve within %v of the server restart: %v; stderr:\n%s", startTimeout, err, w.Stderr())
-		<-poll.C
-	}
+		return err == nil, fmt.Sprintf("worker does not serve since the server restart: %v; stderr:\n%s", err, w.Stderr())
+	})
 	after := parseAggregateMsg(t, msg)
 	assert.Equal(t, before.version, after.version, "version after the server restart")
 	assert.Equal(t, before.Body, after.Body, "state after the server restart")

@@ -12,7 +12,7 @@ import (
 	"github.com/flowstate-io/flowstate/flowstate"
 )
 
-// flowState is the seed's FlowStateValue: a report's content or the
+// flowState is GreptimeDB's FlowStateValue: a report's content or the
 // aggregate. Nil maps are empty.
 type flowState struct {
 	StateSize    map[uint32]uint64
@@ -20,7 +20,7 @@ type flowState struct {
 	StartTime    map[uint32]int64
 }
 
-// lastExec is the seed tests' state(): only last execution times.
+// lastExec is GreptimeDB's tests' state(): only last execution times.
 func lastExec(m map[uint32]int64) flowState {
 	return flowState{LastExecTime: m}
 }

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -36,10 +35,8 @@ func TestSigtermDuringReportsExitsCleanly(t *testing.T) {
 	outcomes := make([]outcome, reports)
 	var acks atomic.Int64
 	var sigOnce sync.Once
-	var sigAt time.Time
 	sigterm := func() {
 		sigOnce.Do(func() {
-			sigAt = time.Now()
 			w.p.signal(syscall.SIGTERM)
 		})
 	}
@@ -70,9 +67,7 @@ func TestSigtermDuringReportsExitsCleanly(t *testing.T) {
 
 	code, exited := w.p.wait(stopTimeout)
 	require.True(t, exited, "worker did not exit within %v of SIGTERM", stopTimeout)
-	elapsed := w.p.exitAt.Sub(sigAt)
 	assert.Equal(t, 0, code, "exit code after SIGTERM")
-	assert.Less(t, elapsed, 5*time.Second, "time from SIGTERM to exit")
 	stderr := w.Stderr()
 	assert.NotContains(t, stderr, "panic")
 
@@ -97,7 +92,7 @@ func TestSigtermDuringReportsExitsCleanly(t *testing.T) {
 			t.Errorf("report %d answered with something else than an ack: headers %v body %q", i, o.reply.Header, o.reply.Data)
 		}
 	}
-	t.Logf("acked %d, no responders %d, timed out %d, exit after %v", acked, noResponders, timeouts, elapsed)
+	t.Logf("acked %d, no responders %d, timed out %d", acked, noResponders, timeouts)
 	require.GreaterOrEqual(t, acked, reports/2)
 
 	// The worker publishes its last state before it exits: the last update

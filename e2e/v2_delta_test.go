@@ -218,8 +218,7 @@ func TestAClientThatDropsEveryTenthDeltaEndsOnTheExactFinalState(t *testing.T) {
 	var final fsclient.State
 	for nudge := range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), deltaWait)
-		final, err = c.GetSingle(ctx)
-		require.NoError(t, err)
+		final = singleState(t, singleGet(t, nc, w.Prefix, deltaWait))
 		if f.until(final.Version, messageTimeout) {
 			cancel()
 			break
@@ -252,14 +251,12 @@ func TestWatchAcrossAWorkerRestartFollowsTheNewEpochWithDeltas(t *testing.T) {
 	first := nextState(t, states)
 
 	sendChurn(t, c, 10, 10, 2)
-	before, err := c.GetSingle(context.Background())
-	require.NoError(t, err)
+	before := singleState(t, singleGet(t, nc, w1.Prefix, deltaWait))
 	w1.Kill()
 	w2 := launchWorker(t, nil, "--nats-url", srv.URL, "--publish-interval", "5ms")
 	w2.awaitReady(w1.ID)
 	sendChurn(t, c, 10, 10, 3)
-	final, err := c.GetSingle(context.Background())
-	require.NoError(t, err)
+	final := singleState(t, singleGet(t, nc, w2.Prefix, deltaWait))
 	require.NotEqual(t, before.Epoch, final.Epoch)
 
 	seen := []fsclient.State{first}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -74,10 +75,8 @@ func TestASnapshotLargerThanTheMaxPayloadIsReadWhole(t *testing.T) {
 		require.NoError(t, err, "report of node %d", node)
 	}
 
-	_, err = c.GetSingle(ctx)
-	var se *fsclient.ServiceError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, 413, se.Code, "the single-message get does not fit 1 MB")
+	msg := singleGet(t, nc, w.Prefix, deltaWait)
+	assert.Equal(t, "413", msg.Header.Get(micro.ErrorCodeHeader), "the single-message get does not fit 1 MB")
 
 	start := time.Now()
 	s, err := c.Get(ctx)
@@ -151,4 +150,24 @@ func countChunks(t testing.TB, nc *nats.Conn, prefix string) int {
 	}
 	require.FailNow(t, "chunks never end")
 	return 0
+}
+
+// singleGet sends the single-message (v1) get on prefix through nc,
+// bounded by within, and returns the reply: what a client that predates
+// chunked gets receives.
+func singleGet(t testing.TB, nc *nats.Conn, prefix string, within time.Duration) *nats.Msg {
+	t.Helper()
+	msg, err := nc.Request(prefix+".state.get", nil, within)
+	require.NoError(t, err, "single-message get")
+	return msg
+}
+
+// singleState decodes a single-message get's msgpack reply as the state
+// client.Get returns.
+func singleState(t testing.TB, msg *nats.Msg) fsclient.State {
+	t.Helper()
+	a := parseAggregateMsg(t, msg)
+	v, err := codec.DecodeAggregate(a.Body)
+	require.NoError(t, err, "the single-message get's aggregate")
+	return fsclient.State{Version: flowstate.Version{Epoch: a.Epoch, Revision: a.Revision}, Value: v}
 }

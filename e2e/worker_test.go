@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"syscall"
@@ -12,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // serviceName is the NATS micro service name the worker registers.
@@ -111,14 +114,14 @@ func (w *workerProc) awaitReady(skipIDs ...string) {
 	inbox := nats.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	require.NoError(w.t, err)
-	deadline := time.Now().Add(startTimeout)
 	checked := map[string]bool{}
 	for _, id := range skipIDs {
 		checked[id] = true
 	}
-	for {
+	// A round: one ping, and the replies of the next 25 ms (every service
+	// answers).
+	wait.Until(w.t, startTimeout, 0, func() (bool, string) {
 		require.NoError(w.t, nc.PublishRequest("$SRV.PING."+serviceName, inbox, nil))
-		// Replies of this round: every service answers; collect for a moment.
 		round := time.Now().Add(25 * time.Millisecond)
 		for {
 			msg, err := sub.NextMsg(time.Until(round))
@@ -135,12 +138,12 @@ func (w *workerProc) awaitReady(skipIDs ...string) {
 			}
 			if w.servesGet(nc, ping.ID) {
 				w.ID = ping.ID
-				return
+				return true, ""
 			}
 		}
 		require.False(w.t, w.p.exited(), "worker exited with code %d before it was ready; stderr:\n%s", w.p.code, w.p.stderr.String())
-		require.True(w.t, time.Now().Before(deadline), "worker did not answer $SRV.PING within %v; stderr:\n%s", startTimeout, w.p.stderr.String())
-	}
+		return false, fmt.Sprintf("worker did not answer $SRV.PING; stderr:\n%s", w.p.stderr.String())
+	})
 }
 
 // servesGet reports whether the service with id lists this worker's get

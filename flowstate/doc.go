@@ -2,7 +2,8 @@
 // what a flownode reports and what the aggregate holds (FlowStateValue, and
 // Flow, the compact per-flow form that the encoders, the decoders and the
 // state work on), the version that names a state (Version), and the bytes
-// GreptimeDB's FlowStateManager keeps in its store: serde_json's form of
+// GreptimeDB's FlowStateManager (src/common/meta/src/key/flow/flow_state.rs
+// in the GreptimeDB repository) keeps in its store: serde_json's form of
 // FlowStateValue (AppendJSON, DecodeValue, and AppendValueFlows, the strict
 // decoder that accepts exactly what serde_json accepts) under the keys
 // StateKey and NodeKey.

@@ -61,7 +61,7 @@ func appendKey(dst []byte, id FlowID, first bool) []byte {
 	return append(dst, `":`...)
 }
 
-// DecodeValue parses the stored (serde_json) form of a value, as the seed's
+// DecodeValue parses the stored (serde_json) form of a value, as GreptimeDB's
 // try_from_raw_value does. As with serde's derive: field names match exactly,
 // unknown fields are ignored, start_time_map may be absent (legacy values) and
 // is then empty, state_size and last_exec_time_map are required. Flow ids must

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// The store layout, byte for byte the seed's.
+// The store layout, byte for byte GreptimeDB's.
 const (
 	// StateKey holds the aggregate of every node's report.
 	StateKey = "__flow/state"

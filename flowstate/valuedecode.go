@@ -8,7 +8,7 @@ import (
 
 // AppendValueFlows decodes the stored (serde_json) form of a value and
 // appends its flows to dst, sorted by ID, each ID once, joined across the
-// three maps. It accepts exactly what the seed's try_from_raw_value
+// three maps. It accepts exactly what GreptimeDB's try_from_raw_value
 // (serde_json 1.0.149's from_slice into serde's derive of FlowStateValue:
 // BTreeMap<u32, usize> state_size and BTreeMap<u32, i64>
 // last_exec_time_map, #[serde(default)] start_time_map) accepts, and

@@ -39,7 +39,7 @@ func TestAppendValueFlowsDecodesAsDecodeValue(t *testing.T) {
 		name string
 		json string
 	}{
-		{"the seed's example", `{"state_size":{"1":1024},"last_exec_time_map":{"1":1700000000000},"start_time_map":{}}`},
+		{"GreptimeDB's example", `{"state_size":{"1":1024},"last_exec_time_map":{"1":1700000000000},"start_time_map":{}}`},
 		{"legacy value without start_time_map", `{"state_size":{"1":1024,"2":2048},"last_exec_time_map":{"1":1700000000000}}`},
 		{"flows in some maps only", `{"state_size":{"1":1,"5":5},"last_exec_time_map":{"2":-2,"5":50},"start_time_map":{"3":3,"1":10}}`},
 		{"first map empty", `{"state_size":{},"last_exec_time_map":{"2":2,"1":1},"start_time_map":{"1":7}}`},

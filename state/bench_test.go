@@ -83,7 +83,7 @@ func newMerger(b *testing.B, variant string, reports []flowstate.FlowStateValue)
 // with changed values, when every node has reported once; nodes report round
 // robin. Variants:
 //
-//   - naive: the seed's algorithm (naiveManager): it re-reads, re-decodes and
+//   - naive: GreptimeDB's algorithm (naiveManager): it re-reads, re-decodes and
 //     re-aggregates every node's report and writes the aggregate.
 //   - manager: Manager, whose aggregate is the state (nothing is written).
 //

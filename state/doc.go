@@ -9,8 +9,8 @@
 //     Pure: no lock, no store, no clock. It checks capacity limits and
 //     records which flows changed, for deltas.
 //   - Manager: the state of one worker that alone holds it (--kv memory),
-//     with the seed's semantics: the aggregate is the state, and Dump
-//     renders the seed's keys and bytes from it.
+//     with GreptimeDB's semantics: the aggregate is the state, from which
+//     GreptimeDB's keys and bytes are rendered when asked.
 //   - Replica: the state of a store that several workers share (kv.Shared),
 //     built on an Aggregate that its watch feeds; the publisher lease it
 //     holds is package lease's.
@@ -43,18 +43,18 @@
 // and the aggregate under __flow/state, both in serde_json's form of
 // FlowStateValue (flowstate.AppendJSON). A Replica's shared store holds
 // them (the publisher writes the aggregate key); a Manager keeps no store,
-// and its Dump renders exactly the keys and bytes that the seed's store
-// would hold.
+// and its tests check that its state renders exactly the keys and bytes that
+// GreptimeDB's store would hold.
 //
-// Reset: a Manager's Clear is the seed's KV reset (a metasrv leader change):
-// it starts a new epoch, empty, so no report from before it reappears. A
-// shared store that is wiped starts a new epoch too (see "Following a
-// shared store").
+// Reset: GreptimeDB's KV is reset by a metasrv leader change; here a worker
+// that restarts with --kv memory starts a new Manager, in a new epoch, empty,
+// so no report from before it reappears. A shared store that is wiped starts
+// a new epoch too (see "Following a shared store").
 //
 // Revision and epoch: every applied report gets a revision: a Manager's
 // counter, a Replica's sequence number of the write in the store, so
 // revisions strictly increase within an epoch (a Replica's with gaps).
-// Revision 0 means nothing has been merged in the current epoch (the seed's
+// Revision 0 means nothing has been merged in the current epoch (GreptimeDB's
 // get returning None); the value is then empty.
 //
 // Capacity: with Options.Limits (ReplicaOptions.Limits), a report that
@@ -189,10 +189,10 @@
 //
 // # Cost
 //
-// The seed re-reads and re-decodes every node's report on every merge. Here
-// the Aggregate keeps, per flow, the nodes that report it and their max: a
-// scan while they are few (a flow usually runs on one flownode), one
-// max-heap per field past eight. So a report costs time proportional to
+// GreptimeDB's FlowStateManager re-reads and re-decodes every node's
+// report on every merge. Here the Aggregate keeps, per flow, the nodes that
+// report it and their max: a scan while they are few (a flow usually runs on
+// one flownode), one max-heap per field past eight. So a report costs time proportional to
 // itself plus the report it replaces, times at most the logarithm of the
 // number of nodes sharing each flow, and does not allocate in steady state.
 // Copying the aggregate (Snapshot) and writing the aggregate key are the

@@ -24,7 +24,7 @@ func ExampleManager() {
 	s, _ := m.Snapshot(ctx, nil)
 	v := s.Value()
 	fmt.Println(v.StateSize, v.LastExecTimeMap)
-	fmt.Printf("%s\n", m.Dump()[flowstate.StateKey])
+	fmt.Printf("%s\n", flowstate.AppendJSON(nil, v.Flows()))
 	// Output:
 	// map[1:2048 2:10] map[1:1700000000000]
 	// {"state_size":{"1":2048,"2":10},"last_exec_time_map":{"1":1700000000000},"start_time_map":{}}

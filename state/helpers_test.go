@@ -20,7 +20,7 @@ func newManager(tb testing.TB, opts state.Options) *state.Manager {
 	return state.NewManager(opts)
 }
 
-// merge applies a report (the seed's merge) and fails the test on error.
+// merge applies a report (GreptimeDB's merge) and fails the test on error.
 func merge(tb testing.TB, m *state.Manager, nodeID uint64, v flowstate.FlowStateValue) state.MergeResult {
 	tb.Helper()
 	res, err := m.Merge(tb.Context(), state.Report{Node: nodeID, Flows: v.Flows()})
@@ -28,7 +28,7 @@ func merge(tb testing.TB, m *state.Manager, nodeID uint64, v flowstate.FlowState
 	return res
 }
 
-// get returns the aggregate and its version (the seed's get: revision 0 is
+// get returns the aggregate and its version (GreptimeDB's get: revision 0 is
 // its None, with an empty value) and fails the test on error.
 func get(tb testing.TB, m *state.Manager) (flowstate.FlowStateValue, flowstate.Version) {
 	tb.Helper()
@@ -37,7 +37,7 @@ func get(tb testing.TB, m *state.Manager) (flowstate.FlowStateValue, flowstate.V
 	return s.Value(), s.Version
 }
 
-// execState is the seed's test helper: a value with only last_exec_time_map.
+// execState is GreptimeDB's test helper: a value with only last_exec_time_map.
 func execState(lastExecTimeMap map[flowstate.FlowID]int64) flowstate.FlowStateValue {
 	return flowstate.FlowStateValue{
 		StateSize:       map[flowstate.FlowID]uint64{},
@@ -61,7 +61,7 @@ func value(sizes map[flowstate.FlowID]uint64, lastExec, start map[flowstate.Flow
 	return flowstate.FlowStateValue{StateSize: sizes, LastExecTimeMap: lastExec, StartTimeMap: start}
 }
 
-// storedValue decodes the value that the seed's store would hold under key,
+// storedValue decodes the value that GreptimeDB's store would hold under key,
 // which must exist.
 func storedValue(tb testing.TB, m *state.Manager, key string) flowstate.FlowStateValue {
 	tb.Helper()
@@ -72,7 +72,7 @@ func storedValue(tb testing.TB, m *state.Manager, key string) flowstate.FlowStat
 	return v
 }
 
-// storedKeys returns the keys of the seed's store.
+// storedKeys returns the keys of GreptimeDB's store.
 func storedKeys(m *state.Manager) []string {
 	var keys []string
 	for k := range m.Dump() {

@@ -35,7 +35,7 @@ type Snapshot struct {
 // Value returns the snapshot's aggregate as a FlowStateValue.
 func (s Snapshot) Value() flowstate.FlowStateValue { return flowstate.ValueOf(s.Flows) }
 
-// Options configure a Manager. The zero value is the seed's behaviour.
+// Options configure a Manager. The zero value is GreptimeDB's behaviour.
 type Options struct {
 	// Now tells the time of a report, for Nodes and EvictSilent; nil means
 	// time.Now.
@@ -45,18 +45,17 @@ type Options struct {
 	Limits Limits
 }
 
-// Manager is the state of one worker that alone holds it: the seed's
-// FlowStateManager on its in-memory KV, without the KV. The aggregate is the
-// state; Dump renders the seed's keys and bytes from it, and Clear is the
-// seed's KV reset. See the package documentation for its rules.
+// Manager is the state of one worker that alone holds it: GreptimeDB's
+// FlowStateManager on its in-memory KV, without the KV: the aggregate is the
+// state. See the package documentation for its rules.
 type Manager struct {
 	opts Options
 
-	// mu serialises every operation, as the seed's merge lock does, and
+	// mu serialises every operation, as GreptimeDB's merge lock does, and
 	// guards all fields below.
 	mu        sync.Mutex
 	epoch     string // "" never: a new Manager starts an epoch
-	seq       uint64 // the last revision given, in any epoch: revisions keep growing across a Clear
+	seq       uint64 // the last revision given, in any epoch: revisions keep growing across epochs
 	rev       uint64 // revision of the state in epoch; 0: nothing applied since the epoch began
 	agg       *Aggregate
 	deltaBase uint64 // revision of the last Delta taken in epoch; 0: none
@@ -137,7 +136,7 @@ func (m *Manager) versionLocked() flowstate.Version {
 }
 
 // Snapshot returns the aggregate as flows appended to dst[:0], with its
-// version. At revision 0 (nothing applied in this epoch, the seed's None)
+// version. At revision 0 (nothing applied in this epoch, GreptimeDB's None)
 // it is empty. Its cost is linear in the number of flows of the aggregate.
 func (m *Manager) Snapshot(_ context.Context, dst []flowstate.Flow) (Snapshot, error) {
 	m.mu.Lock()
@@ -205,33 +204,4 @@ func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, Me
 		evicted = append(evicted, id)
 	}
 	return evicted, res, nil
-}
-
-// Clear forgets every report and starts a new epoch, as a metasrv leader
-// change resets the seed's in-memory KV: no report from before it
-// reappears, and the state is at revision 0 (the seed's None) until the
-// next report. Revisions keep growing across it.
-func (m *Manager) Clear() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.epoch = kv.NewEpoch()
-	m.rev, m.deltaBase = 0, 0
-	m.agg.Reset()
-}
-
-// Dump renders the seed's store from the state: every node's last report
-// under NodeKey(id) and, once a report was applied in this epoch, the
-// aggregate under StateKey, each in its exact stored bytes
-// (flowstate.AppendJSON). It is what the seed's KV would hold.
-func (m *Manager) Dump() map[string][]byte {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make(map[string][]byte, len(m.agg.nodes)+1)
-	for id, flows := range m.agg.Nodes() {
-		out[flowstate.NodeKey(id)] = flowstate.AppendJSON(nil, flows)
-	}
-	if m.rev != 0 {
-		out[flowstate.StateKey] = flowstate.AppendJSON(nil, m.agg.AppendFlows(nil))
-	}
-	return out
 }

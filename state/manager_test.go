@@ -372,7 +372,7 @@ func TestFirstEmptyReportOfEpochWritesStateKey(t *testing.T) {
 	const empty = `{"state_size":{},"last_exec_time_map":{},"start_time_map":{}}`
 	m := newManager(t, state.Options{})
 
-	// The seed's merge always writes the aggregate, so its get turns from
+	// GreptimeDB's merge always writes the aggregate, so its get turns from
 	// None to Some(empty) even when the report is empty.
 	res := merge(t, m, 1, value(nil, nil, nil))
 

@@ -14,14 +14,14 @@ import (
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// naiveManager is the seed's FlowStateManager ported as is, on a map that
+// naiveManager is GreptimeDB's FlowStateManager ported as is, on a map that
 // stands for its in-memory KV: every merge puts the node's report, reads
 // back every node's report, decodes them all, aggregates them by max and
 // puts the aggregate. It is the baseline of the benchmarks and the
 // reference of TestManagerMatchesNaive.
 type naiveManager struct {
-	mu    sync.Mutex        // the seed's merge_lock: serialises merge
-	store map[string][]byte // the seed's MemoryKvBackend
+	mu    sync.Mutex        // GreptimeDB's merge_lock: serialises merge
+	store map[string][]byte // GreptimeDB's MemoryKvBackend
 }
 
 func newNaiveManager() *naiveManager {
@@ -73,14 +73,14 @@ func (n *naiveManager) merge(_ context.Context, nodeID uint64, incoming flowstat
 	return nil
 }
 
-// clear is the seed's KV reset.
+// clear is GreptimeDB's KV reset.
 func (n *naiveManager) clear() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	clear(n.store)
 }
 
-// get is the seed's get: ok is false (None) when the aggregate key is absent.
+// get is GreptimeDB's get: ok is false (None) when the aggregate key is absent.
 func (n *naiveManager) get() (v flowstate.FlowStateValue, ok bool, err error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -114,9 +114,10 @@ func randomReport(r *rand.Rand) flowstate.FlowStateValue {
 	return v
 }
 
-// TestManagerMatchesNaive runs random reports and KV resets through the
-// seed's algorithm and the Manager: the same get after every step, and the
-// same keys with the same bytes in the seed's store as in the Manager's Dump.
+// TestManagerMatchesNaive runs random reports and KV resets through
+// GreptimeDB's algorithm and the Manager: the same get after every step, and
+// the same keys with the same bytes in GreptimeDB's store as in the
+// Manager's Dump.
 func TestManagerMatchesNaive(t *testing.T) {
 	ctx := t.Context()
 	r := rand.New(rand.NewPCG(1, 2)) // a fixed seed: failures replay

@@ -1,7 +1,7 @@
 package state_test
 
-// The tests of the seed (GreptimeDB's flow_state.rs), one for one, with the
-// same names and assertions. The seed's get() returning Some is a revision
+// The tests of GreptimeDB's FlowStateManager (flow_state.rs), one for one,
+// with the same names and assertions. GreptimeDB's get() returning Some is a revision
 // above 0 here; None is revision 0 with an empty value.
 
 import (

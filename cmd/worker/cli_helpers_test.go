@@ -116,3 +116,15 @@ func (w *lineWriter) next(tb testing.TB) string {
 		return ""
 	}
 }
+
+// singleGet sends the single-message (v1) get on subject, asking for
+// accept when it is set, and returns the reply: what a client that predates
+// chunked gets receives.
+func singleGet(tb testing.TB, srv *server.Server, subject, accept string) *nats.Msg {
+	tb.Helper()
+	req := nats.NewMsg(subject)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	return natstest.Request(tb, srv, req, cliWait)
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -84,7 +85,7 @@ func TestGetJSONPrintsTheWorkersBytesAndANewline(t *testing.T) {
 
 // TestGetJSONPrintsAStateLargerThanOneMessage: past the server's max
 // payload the worker's single-message JSON answers 413, and get --json
-// still prints the seed's exact bytes, rendered from a chunked snapshot.
+// still prints GreptimeDB's exact bytes, rendered from a chunked snapshot.
 func TestGetJSONPrintsAStateLargerThanOneMessage(t *testing.T) {
 	srv := natstest.Start(t, &server.Options{MaxPayload: 8192})
 	startTestWorker(t, srv, consumer.Config{})
@@ -98,10 +99,8 @@ func TestGetJSONPrintsAStateLargerThanOneMessage(t *testing.T) {
 		sendFlows(t, c, node, report...)
 		flows = append(flows, report...)
 	}
-	_, _, err := c.GetJSONSingle(bounded(t))
-	var se *client.ServiceError
-	require.ErrorAs(t, err, &se)
-	require.Equal(t, 413, se.Code)
+	msg := singleGet(t, srv, "flow.state.get", "application/json")
+	require.Equal(t, "413", msg.Header.Get(micro.ErrorCodeHeader), "the single-message JSON does not fit")
 
 	code, stdout, stderr := runCLI(t, noEnv, "get", "--json", "--nats-url", srv.ClientURL())
 	require.Equal(t, 0, code, stderr)

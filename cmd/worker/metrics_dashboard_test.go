@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // The operator assets in deploy/.
@@ -86,16 +88,14 @@ func liveMetricNames(tb *testing.T) map[string]bool {
 	// The per-flow metrics are refreshed once per publish interval.
 	want := []string{"flowstate_flow_state_size_bytes", "flowstate_flow_last_exec_time_seconds", "flowstate_publisher", "flowstate_reports_rejected_total",
 		"flowstate_aggregate_key_current"} // once it is the publisher
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var names map[string]bool
+	wait.Until(tb, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		_, body := scrape(tb, m.metricsAddr, "/metrics")
-		names := exposedNames(body)
-		if !slices.ContainsFunc(want, func(n string) bool { return !names[n] }) {
-			return names
-		}
-		require.True(tb, time.Now().Before(deadline), "the live worker does not export all of %v", want)
-		time.Sleep(20 * time.Millisecond)
-	}
+		names = exposedNames(body)
+		missing := slices.DeleteFunc(slices.Clone(want), func(n string) bool { return names[n] })
+		return len(missing) == 0, fmt.Sprintf("the live worker does not export %v", missing)
+	})
+	return names
 }
 
 // exposedNames returns the names of the samples of a /metrics body.

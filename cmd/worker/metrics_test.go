@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // startMain opens a worker with args and runs its group; stop (also run
@@ -72,15 +74,10 @@ func scrape(tb testing.TB, addr, path string) (int, string) {
 // awaitStatus polls path until it answers want, within a bound.
 func awaitStatus(tb testing.TB, addr, path string, want int) {
 	tb.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	wait.Until(tb, 15*time.Second, 20*time.Millisecond, func() (bool, string) {
 		code, _ := scrape(tb, addr, path)
-		if code == want {
-			return
-		}
-		require.True(tb, time.Now().Before(deadline), "%s did not answer %d", path, want)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return code == want, fmt.Sprintf("%s answers %d, not %d", path, code, want)
+	})
 }
 
 func TestMetricsCountReportsAndReadinessFollowsNATS(t *testing.T) {

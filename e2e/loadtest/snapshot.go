@@ -3,7 +3,7 @@ package main
 // The snapshot scenario measures a large state: 1,000,000 flows (100
 // nodes x 10,000 flows) read with nats-server's default 1 MB max payload,
 // by client.Get (chunked gets), by `worker get` and by `worker get --json`
-// (the seed's JSON, rendered from chunks), timing each, the worker's CPU
+// (GreptimeDB's JSON, rendered from chunks), timing each, the worker's CPU
 // per chunk sent, and the peak RSS of `worker get --json`. The first get of a state splits and
 // encodes it; a get of the same state again sends the chunks it kept. Not
 // in --scenarios all; run it with --scenarios snapshot.
@@ -52,7 +52,7 @@ type snapshotResult struct {
 	cli         getCost // `worker get`, its table discarded
 	json        getCost // `worker get --json`
 	jsonRSS     uint64  // its peak RSS, bytes
-	jsonExact   bool    // it printed the seed's bytes of client.Get's state, and a newline
+	jsonExact   bool    // it printed GreptimeDB's bytes of client.Get's state, and a newline
 	check       aggCheck
 }
 

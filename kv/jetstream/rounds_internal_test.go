@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowstate-io/flowstate/internal/wait"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -94,15 +95,9 @@ func TestRoundsCallerWhoseContextEndsStopsWaiting(t *testing.T) {
 // awaitRounds waits, for at most 5 s, until cond holds under r's lock.
 func awaitRounds(t *testing.T, r *rounds, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	wait.Until(t, 5*time.Second, time.Millisecond, func() (bool, string) {
 		r.mu.Lock()
-		ok := cond()
-		r.mu.Unlock()
-		if ok {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("rounds never reached the state the test waits for")
+		defer r.mu.Unlock()
+		return cond(), "rounds never reached the state the test waits for"
+	})
 }

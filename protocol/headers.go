@@ -8,6 +8,7 @@ const (
 	HeaderResync       = "Flow-State-Resync"        // "1": a delta that says "take a snapshot" (v2)
 	HeaderChunks       = "Flow-State-Chunks"        // "1" on a get: chunks welcome (v2)
 	HeaderChunk        = "Flow-State-Chunk"         // "<i>/<n>" on a chunk (v2)
+	HeaderView         = "Flow-State-View"          // on a get: ViewSeed or ViewStats (v3)
 	HeaderContentType  = "Content-Type"
 	HeaderAccept       = "Accept"
 
@@ -27,9 +28,17 @@ const (
 	ContentTypeJSON    = "application/json"
 )
 
+// Views a get may ask for with HeaderView (v3). No header means ViewSeed;
+// any other value is answered CodeBadRequest.
+const (
+	ViewSeed  = "seed"  // the seed's FlowStateValue, as in v1 and v2
+	ViewStats = "stats" // the flow stats: the seed's maps, processed_rows and last_errors
+)
+
 // Error codes of a failed request.
 const (
 	CodeBadRequest  = 400 // bad input; nothing changed
+	CodeStale       = 409 // a stale report: its node_epoch and seq come back (v3); nothing changed
 	CodeTooLarge    = 413 // a v1 get of an aggregate over the max payload
 	CodeInternal    = 500 // anything else
 	CodeUnavailable = 503 // not ready, the store unavailable, or overloaded

@@ -182,3 +182,9 @@ func TestHealthCheckNamesTheFlow(t *testing.T) {
 	assert.Empty(t, h.Check())
 	assert.Equal(t, 1, h.ErrorBytes())
 }
+
+func TestDecodeNodeHealthReadsEscapedFieldNames(t *testing.T) {
+	var h flowstate.Health
+	_, _, err := flowstate.DecodeNodeHealth([]byte(`{"state_size":{},"last_exec_time_map":{},"start_time_map":{},"s\u0065q":-1}`), &h)
+	require.ErrorIs(t, err, flowstate.ErrInvalidValue, "a field name written with escapes is the same field")
+}

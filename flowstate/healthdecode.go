@@ -21,14 +21,15 @@ var v3Names = [...]string{"processed_rows", "last_errors", "node_epoch", "seq", 
 // of valid UTF-8 (other keys ignored); node_epoch and seq uint64; at most
 // MaxRetiredEpochs retired epochs. A field that is null is absent, as in a
 // report. A value without any of these fields costs one scan for their
-// names and leaves h empty. Any break returns an error wrapping
+// names (and escapes) and leaves h empty. Any break returns an error wrapping
 // ErrInvalidValue, and h empty.
 //
 // It reads with encoding/json: a v3 field named twice keeps its last value,
 // and an escaped lone surrogate in a message reads as U+FFFD.
 func DecodeNodeHealth(data []byte, h *Health) (nodeEpoch uint64, hasEpoch bool, err error) {
 	h.Reset()
-	found := false
+	// A field name may be written with escapes: then read the value whole.
+	found := bytes.Contains(data, []byte(`\u`))
 	for _, name := range v3Names {
 		if bytes.Contains(data, []byte(name)) {
 			found = true

@@ -37,6 +37,11 @@ type Decoder struct {
 	// messages holds the error messages read before, so that a repeated
 	// message reuses its string (see intern).
 	messages map[string]string
+	// healthRun is where the second health map's flows start in
+	// Report.Health.Flows (0: one run only); htmp is scratch for joining
+	// the two runs.
+	healthRun int
+	htmp      []flowstate.FlowHealth
 }
 
 // DefaultMaxUnknownFields is the limit on unknown fields of a Decoder
@@ -125,6 +130,7 @@ func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
 	d.ents, d.entsBit = d.ents[:0], 0
 	d.union = d.union[:0]
 	d.names = d.names[:0]
+	d.healthRun = 0
 	defer d.settle()
 	err := d.parse(data, r, aggregate)
 	if err == nil {

@@ -45,6 +45,7 @@ func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeEr
 		return i, newError(name, KindTooManyFlows, "map of "+strconv.FormatUint(n, 10)+" flows, limit "+strconv.Itoa(d.MaxFlows))
 	}
 	start := len(h.Flows)
+	d.healthRun = start // the second map's run, when the first had flows
 	sorted := true
 	for ; n > 0; n-- {
 		id, j, fast := uintFast(b, i)
@@ -217,25 +218,8 @@ func (d *Decoder) joinHealth(r *Report) *DecodeError {
 	if len(h.Flows) == 0 {
 		return nil
 	}
-	if !strictlySorted(h.Flows) {
-		slices.SortStableFunc(h.Flows, func(a, b flowstate.FlowHealth) int { return cmp.Compare(a.ID, b.ID) })
-		w := 0
-		for k := range h.Flows {
-			if w > 0 && h.Flows[w-1].ID == h.Flows[k].ID {
-				f, g := &h.Flows[w-1], &h.Flows[k]
-				f.Has |= g.Has
-				if g.Has&flowstate.HasProcessedRows != 0 {
-					f.ProcessedRows = g.ProcessedRows
-				}
-				if g.Has&flowstate.HasLastErrors != 0 {
-					f.LastErrors = g.LastErrors
-				}
-				continue
-			}
-			h.Flows[w] = h.Flows[k]
-			w++
-		}
-		h.Flows = h.Flows[:w]
+	if k := d.healthRun; k > 0 && k < len(h.Flows) {
+		h.Flows = d.mergeHealth(h.Flows, k)
 	}
 	if d.MaxFlows <= 0 {
 		return nil
@@ -256,12 +240,55 @@ func (d *Decoder) joinHealth(r *Report) *DecodeError {
 	return nil
 }
 
-// strictlySorted reports whether flows ascend by ID, each ID once.
-func strictlySorted(flows []flowstate.FlowHealth) bool {
-	for k := 1; k < len(flows); k++ {
-		if flows[k-1].ID >= flows[k].ID {
-			return false
+// mergeHealth joins two runs of flows, each sorted by ID, each ID once:
+// flows[:k] and flows[k:]. When the second names only flows of the first (a
+// node reports its errors for the flows it reports rows for), it is merged
+// in place; otherwise both are merged through d.htmp. Linear either way.
+func (d *Decoder) mergeHealth(flows []flowstate.FlowHealth, k int) []flowstate.FlowHealth {
+	a, b := flows[:k], flows[k:]
+	c := 0
+	inPlace := true
+	for m := range b {
+		for c < len(a) && a[c].ID < b[m].ID {
+			c++
+		}
+		if c == len(a) || a[c].ID != b[m].ID {
+			inPlace = false
+			break
+		}
+		joinFlowHealth(&a[c], &b[m]) // idempotent: a later merge gives the same
+	}
+	if inPlace {
+		return a
+	}
+	out := d.htmp[:0]
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i].ID < b[j].ID:
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j].ID < a[i].ID:
+			out = append(out, b[j])
+			j++
+		default:
+			f := a[i]
+			joinFlowHealth(&f, &b[j])
+			out = append(out, f)
+			i, j = i+1, j+1
 		}
 	}
-	return true
+	d.htmp = out
+	return append(flows[:0], out...)
+}
+
+// joinFlowHealth copies the fields that src has into f.
+func joinFlowHealth(f, src *flowstate.FlowHealth) {
+	f.Has |= src.Has
+	if src.Has&flowstate.HasProcessedRows != 0 {
+		f.ProcessedRows = src.ProcessedRows
+	}
+	if src.Has&flowstate.HasLastErrors != 0 {
+		f.LastErrors = src.LastErrors
+	}
 }

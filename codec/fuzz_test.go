@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // FuzzDecodeReport checks that Decode never panics and that what it accepts
@@ -48,10 +50,10 @@ func FuzzDecodeReport(f *testing.F) {
 		switch {
 		case err != nil && err3 == nil:
 			t.Fatalf("the limit turned a rejected report into an accepted one: %v", err)
-		case err == nil && distinctFlows(&r) <= limit && err3 != nil:
-			t.Fatalf("%d flows rejected with a limit of %d: %v", distinctFlows(&r), limit, err3)
-		case err == nil && distinctFlows(&r) > limit && err3 == nil:
-			t.Fatalf("%d flows accepted with a limit of %d", distinctFlows(&r), limit)
+		case err == nil && flowstate.DistinctFlows(r.Flows, r.Health.Flows) <= limit && err3 != nil:
+			t.Fatalf("%d flows rejected with a limit of %d: %v", flowstate.DistinctFlows(r.Flows, r.Health.Flows), limit, err3)
+		case err == nil && flowstate.DistinctFlows(r.Flows, r.Health.Flows) > limit && err3 == nil:
+			t.Fatalf("%d flows accepted with a limit of %d", flowstate.DistinctFlows(r.Flows, r.Health.Flows), limit)
 		}
 
 		if err != nil {
@@ -89,15 +91,4 @@ func FuzzDecodeReport(f *testing.F) {
 func sameReport(a, b Report) bool {
 	return a.NodeID == b.NodeID && a.NodeEpoch == b.NodeEpoch && a.HasNodeEpoch == b.HasNodeEpoch &&
 		slices.Equal(a.Flows, b.Flows) && reflect.DeepEqual(normalHealth(a.Health), normalHealth(b.Health))
-}
-
-// distinctFlows counts the flow ids a report names across all its maps.
-func distinctFlows(r *Report) int {
-	n := len(r.Flows)
-	for _, f := range r.Health.Flows {
-		if !inUnion(r.Flows, f.ID) {
-			n++
-		}
-	}
-	return n
 }

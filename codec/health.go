@@ -224,6 +224,10 @@ func (d *Decoder) joinHealth(r *Report) *DecodeError {
 	if d.MaxFlows <= 0 {
 		return nil
 	}
+	if flowstate.DistinctFlows(r.Flows, h.Flows) <= d.MaxFlows {
+		return nil
+	}
+	// Name the first flow over the limit.
 	n := len(r.Flows)
 	for k := range h.Flows {
 		if !inUnion(r.Flows, h.Flows[k].ID) {

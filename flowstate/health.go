@@ -127,3 +127,21 @@ func (h *Health) Clone() *Health {
 	c.RetiredEpochs = slices.Clone(h.RetiredEpochs)
 	return &c
 }
+
+// DistinctFlows counts the flow ids named by flows and by health, both
+// sorted by ID: the flows a report or a stored value names across all its
+// maps, as --max-flows and --max-total-flows count them. Linear, no
+// allocation.
+func DistinctFlows(flows []Flow, health []FlowHealth) int {
+	n, i := len(flows), 0
+	for k := range health {
+		id := health[k].ID
+		for i < len(flows) && flows[i].ID < id {
+			i++
+		}
+		if i == len(flows) || flows[i].ID != id {
+			n++
+		}
+	}
+	return n
+}

@@ -188,3 +188,11 @@ func TestDecodeNodeHealthReadsEscapedFieldNames(t *testing.T) {
 	_, _, err := flowstate.DecodeNodeHealth([]byte(`{"state_size":{},"last_exec_time_map":{},"start_time_map":{},"s\u0065q":-1}`), &h)
 	require.ErrorIs(t, err, flowstate.ErrInvalidValue, "a field name written with escapes is the same field")
 }
+
+func TestDistinctFlowsCountsEachIDOnce(t *testing.T) {
+	flows := []flowstate.Flow{{ID: 1}, {ID: 5}, {ID: 9}}
+	health := []flowstate.FlowHealth{{ID: 0}, {ID: 5}, {ID: 7}, {ID: 9}, {ID: 12}}
+	assert.Equal(t, 6, flowstate.DistinctFlows(flows, health))
+	assert.Equal(t, 3, flowstate.DistinctFlows(flows, nil))
+	assert.Equal(t, 5, flowstate.DistinctFlows(nil, health))
+}

@@ -97,3 +97,20 @@ func BenchmarkAppendAggregate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeReportV3 decodes reports whose flows all carry processed
+// rows and one error of 40 bytes, the message repeated from one report to
+// the next as a node repeats its errors.
+func BenchmarkDecodeReportV3(b *testing.B) {
+	for _, n := range benchSizes {
+		r := Report{NodeID: 1, NodeEpoch: 1_700_000_000_000, HasNodeEpoch: true, Flows: fullFlows(n),
+			Health: flowstate.Health{HasProcessedRows: true, HasLastErrors: true, HasSeq: true, Seq: 9}}
+		for _, f := range r.Flows {
+			r.Health.Flows = append(r.Health.Flows, flowstate.FlowHealth{ID: f.ID,
+				Has: flowstate.HasProcessedRows | flowstate.HasLastErrors, ProcessedRows: uint64(f.ID) * 1000,
+				LastErrors: []flowstate.FlowError{{Time: 1_700_000_000_000, Message: "sink table missing: greptime.public.t"}}})
+		}
+		body := AppendReport(nil, &r)
+		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) { benchDecode(b, n, body) })
+	}
+}

@@ -15,7 +15,7 @@ import (
 // is not safe for concurrent use.
 type Decoder struct {
 	// MaxFlows is the most distinct flow ids a report may name across its
-	// three maps; 0 (or less) means no limit. A report over the limit is rejected as
+	// maps (GreptimeDB's three, processed_rows and last_errors); 0 (or less) means no limit. A report over the limit is rejected as
 	// soon as that shows, before the rest of it is read.
 	MaxFlows int
 	// MaxUnknownFields is the most unknown fields a report may have; 0
@@ -34,6 +34,14 @@ type Decoder struct {
 	// ordinary counts the reports in a row that used a small part of the
 	// scratch buffers above; see settle.
 	ordinary int
+	// messages holds the error messages read before, so that a repeated
+	// message reuses its string (see intern).
+	messages map[string]string
+	// healthRun is where the second health map's flows start in
+	// Report.Health.Flows (0: one run only); htmp is scratch for joining
+	// the two runs.
+	healthRun int
+	htmp      []flowstate.FlowHealth
 }
 
 // DefaultMaxUnknownFields is the limit on unknown fields of a Decoder
@@ -57,14 +65,20 @@ const (
 	fieldStateSize
 	fieldLastExecTime
 	fieldStartTime
+	fieldProcessedRows
+	fieldLastErrors
+	fieldSeq
 )
 
 var fieldNames = [...]string{
-	fieldNodeID:       "node_id",
-	fieldNodeEpoch:    "node_epoch",
-	fieldStateSize:    "state_size",
-	fieldLastExecTime: "last_exec_time_map",
-	fieldStartTime:    "start_time_map",
+	fieldNodeID:        "node_id",
+	fieldNodeEpoch:     "node_epoch",
+	fieldStateSize:     "state_size",
+	fieldLastExecTime:  "last_exec_time_map",
+	fieldStartTime:     "start_time_map",
+	fieldProcessedRows: "processed_rows",
+	fieldLastErrors:    "last_errors",
+	fieldSeq:           "seq",
 }
 
 func fieldOf(name []byte, aggregate bool) field {
@@ -83,6 +97,18 @@ func fieldOf(name []byte, aggregate bool) field {
 		return fieldLastExecTime
 	case "start_time_map":
 		return fieldStartTime
+	case "processed_rows":
+		if !aggregate {
+			return fieldProcessedRows
+		}
+	case "last_errors":
+		if !aggregate {
+			return fieldLastErrors
+		}
+	case "seq":
+		if !aggregate {
+			return fieldSeq
+		}
 	}
 	return fieldUnknown
 }
@@ -100,24 +126,29 @@ func (d *Decoder) Decode(data []byte, r *Report) error {
 
 func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
 	flows := r.Flows[:0]
-	*r = Report{Flows: flows}
+	r.reset(flows)
 	d.ents, d.entsBit = d.ents[:0], 0
 	d.union = d.union[:0]
 	d.names = d.names[:0]
+	d.healthRun = 0
 	defer d.settle()
-	if err := d.parse(data, r, aggregate); err != nil {
-		*r = Report{Flows: flows}
+	err := d.parse(data, r, aggregate)
+	if err == nil {
+		if len(d.union) == len(d.ents) {
+			r.Flows = append(flows, d.union...)
+			if !update(r.Flows, d.ents, d.entsBit) {
+				r.Flows = merge(flows, d.union, d.ents, d.entsBit)
+			}
+		} else {
+			r.Flows = merge(flows, d.union, d.ents, d.entsBit)
+		}
+		err = d.joinHealth(r)
+	}
+	if err != nil {
+		r.reset(flows)
 		err.aggregate = aggregate
 		return err
 	}
-	if len(d.union) == len(d.ents) {
-		flows = append(flows, d.union...)
-		if update(flows, d.ents, d.entsBit) {
-			r.Flows = flows
-			return nil
-		}
-	}
-	r.Flows = merge(flows, d.union, d.ents, d.entsBit)
 	return nil
 }
 
@@ -130,7 +161,7 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 	if st != ok {
 		return topLevelError(b, st)
 	}
-	var seen uint8
+	var seen uint16
 	maxUnknown := d.MaxUnknownFields
 	if maxUnknown == 0 {
 		maxUnknown = DefaultMaxUnknownFields
@@ -160,6 +191,15 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 			r.HasNodeEpoch = true
 		case fieldStateSize, fieldLastExecTime, fieldStartTime:
 			j, err = d.flowMap(b, j, f)
+		case fieldProcessedRows, fieldLastErrors:
+			j, err = d.healthMap(b, j, f, r)
+		case fieldSeq:
+			if j < len(b) && b[j] == codeNil {
+				j++
+				break
+			}
+			r.Health.Seq, j, err = uintField(b, j, "seq")
+			r.Health.HasSeq = true
 		default:
 			if maxUnknown > 0 && len(d.names) >= maxUnknown {
 				return newError("", KindTooManyUnknownFields,

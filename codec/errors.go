@@ -26,9 +26,14 @@ const (
 	KindDuplicateField Kind = "duplicate_field" // a field named twice
 	KindBadFlowID      Kind = "bad_flow_id"     // a flow id that is not a uint32 integer or a canonical decimal string
 	KindDuplicateFlow  Kind = "duplicate_flow"  // a map that names the same flow twice
-	KindOutOfRange     Kind = "out_of_range"    // a negative node_id, node_epoch or state size; a time outside int64
+	KindOutOfRange     Kind = "out_of_range"    // a negative node_id, node_epoch, seq, state size or row count; a time outside int64
 	KindTooManyFlows   Kind = "too_many_flows"  // more distinct flow ids than Decoder.MaxFlows
 	KindTooDeep        Kind = "too_deep"        // nested deeper than MaxDepth
+	// KindBadError: an error of last_errors that breaks its rules: more
+	// than flowstate.MaxFlowErrors for a flow, no time or no message, a
+	// message empty, longer than flowstate.MaxErrorMessage bytes or not
+	// valid UTF-8.
+	KindBadError Kind = "bad_error"
 	// KindTooManyUnknownFields: more unknown fields than
 	// Decoder.MaxUnknownFields.
 	KindTooManyUnknownFields Kind = "too_many_unknown_fields"

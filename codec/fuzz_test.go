@@ -2,10 +2,13 @@ package codec
 
 import (
 	"bytes"
+	"reflect"
 	"slices"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // FuzzDecodeReport checks that Decode never panics and that what it accepts
@@ -23,6 +26,9 @@ func FuzzDecodeReport(f *testing.F) {
 	f.Add(node(3).Str("state_size").Map(2).Str("7").Uint(1).U8(7).Uint(2).Str("x").Ext(1, []byte{1}).Bytes())
 	f.Add(node(2).Str("last_exec_time_map").Map(2).Str("07").I64(-1).Uint(1).U64(1 << 63).Bytes())
 	f.Add(node(2).Str("state_size").Raw(codeMap32, 0x80, 0, 0, 0).Bytes())
+	f.Add(AppendReport(nil, v3Report()))
+	f.Add(node(4).Str("processed_rows").Map(1).Str("9").Uint(1).Str("seq").Uint(3).
+		Str("last_errors").Map(2).Uint(9).Array(1).Map(3).Str("x").Nil().Str("time").I64(-1).Str("message").Str("é").Uint(1).Array(0).Bytes())
 
 	const limit = 4
 	used := benchReport(100)
@@ -44,10 +50,10 @@ func FuzzDecodeReport(f *testing.F) {
 		switch {
 		case err != nil && err3 == nil:
 			t.Fatalf("the limit turned a rejected report into an accepted one: %v", err)
-		case err == nil && len(r.Flows) <= limit && err3 != nil:
-			t.Fatalf("%d flows rejected with a limit of %d: %v", len(r.Flows), limit, err3)
-		case err == nil && len(r.Flows) > limit && err3 == nil:
-			t.Fatalf("%d flows accepted with a limit of %d", len(r.Flows), limit)
+		case err == nil && flowstate.DistinctFlows(r.Flows, r.Health.Flows) <= limit && err3 != nil:
+			t.Fatalf("%d flows rejected with a limit of %d: %v", flowstate.DistinctFlows(r.Flows, r.Health.Flows), limit, err3)
+		case err == nil && flowstate.DistinctFlows(r.Flows, r.Health.Flows) > limit && err3 == nil:
+			t.Fatalf("%d flows accepted with a limit of %d", flowstate.DistinctFlows(r.Flows, r.Health.Flows), limit)
 		}
 
 		if err != nil {
@@ -60,6 +66,9 @@ func FuzzDecodeReport(f *testing.F) {
 			if i > 0 && r.Flows[i-1].ID >= fl.ID {
 				t.Fatalf("flows not sorted and unique: %d then %d", r.Flows[i-1].ID, fl.ID)
 			}
+		}
+		if reason := r.Health.Check(); reason != "" {
+			t.Fatalf("accepted health breaks the rules: %s", reason)
 		}
 		var again Report
 		if err := fresh.Decode(AppendReport(nil, &r), &again); err != nil {
@@ -81,5 +90,5 @@ func FuzzDecodeReport(f *testing.F) {
 
 func sameReport(a, b Report) bool {
 	return a.NodeID == b.NodeID && a.NodeEpoch == b.NodeEpoch && a.HasNodeEpoch == b.HasNodeEpoch &&
-		slices.Equal(a.Flows, b.Flows)
+		slices.Equal(a.Flows, b.Flows) && reflect.DeepEqual(normalHealth(a.Health), normalHealth(b.Health))
 }

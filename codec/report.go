@@ -15,6 +15,22 @@ type Report struct {
 	// once, with Has saying which maps named it (never 0 in a decoded
 	// report).
 	Flows []flowstate.Flow
+	// Health is the report's v3 part: processed_rows, last_errors (flows
+	// sorted by ID, each once) and seq, with Has flags for the fields that
+	// were present. RetiredEpochs is never set by Decode. A decoded
+	// Health shares its error lists with r's scratch: Clone it to keep it
+	// past the next Decode into r.
+	Health flowstate.Health
+
+	errs []flowstate.FlowError // the backing store of Health's error lists
+}
+
+// reset empties r, keeping the capacity of its slices; flows becomes
+// r.Flows.
+func (r *Report) reset(flows []flowstate.Flow) {
+	h := r.Health
+	h.Reset()
+	*r = Report{Flows: flows, Health: h, errs: r.errs[:0]}
 }
 
 // Value returns r's flows as a FlowStateValue.

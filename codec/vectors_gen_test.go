@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -188,10 +187,7 @@ func generateVectors(t *testing.T) map[string][]byte {
 			}
 			require.Equal(t, c.Node, c.Accepted.NodeID, in.name)
 		} else {
-			var de *DecodeError
-			require.True(t, errors.As(err, &de), "%s: %v", in.name, err)
-			require.Equal(t, in.want, de.Kind, "%s: %v", in.name, err)
-			c.Rejected = &reportRejected{Code: 400, Kind: string(de.Kind), Field: de.Field, Error: de.Error()}
+			c.Rejected = rejectedOf(t, in, err)
 		}
 		reports.Cases = append(reports.Cases, c)
 	}
@@ -221,8 +217,12 @@ func generateVectors(t *testing.T) map[string][]byte {
 		chunks.Cases = append(chunks.Cases, c)
 	}
 
+	files := map[string]any{"reports.json": reports, "aggregates.json": aggregates, "deltas.json": deltas, "chunks.json": chunks}
+	for name, v := range generateV3Vectors(t) {
+		files[name] = v
+	}
 	out := map[string][]byte{}
-	for name, v := range map[string]any{"reports.json": reports, "aggregates.json": aggregates, "deltas.json": deltas, "chunks.json": chunks} {
+	for name, v := range files {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)

@@ -202,24 +202,12 @@ func TestCodecReadsReportVectors(t *testing.T) {
 		body := unhex(t, tc.Msgpack)
 		r, err := decodeReport(t, &d, body)
 		if tc.Rejected != nil {
-			var de *DecodeError
-			require.ErrorAs(t, err, &de, tc.Name)
-			assert.Equal(t, tc.Rejected.Kind, string(de.Kind), tc.Name)
-			assert.Equal(t, tc.Rejected.Field, de.Field, tc.Name)
-			assert.Equal(t, tc.Rejected.Error, de.Error(), tc.Name)
-			assert.Equal(t, 400, tc.Rejected.Code, tc.Name)
+			assertRejected(t, tc.Rejected, err, tc.Name)
 			continue
 		}
 		require.NoError(t, err, tc.Name)
 		require.NotNil(t, tc.Accepted, tc.Name)
-		want := Report{Flows: fromVFlows(t, tc.Accepted.Flows)}
-		want.NodeID, err = strconv.ParseUint(tc.Accepted.NodeID, 10, 64)
-		require.NoError(t, err)
-		if tc.Accepted.NodeEpoch != nil {
-			want.HasNodeEpoch = true
-			want.NodeEpoch, err = strconv.ParseUint(*tc.Accepted.NodeEpoch, 10, 64)
-			require.NoError(t, err)
-		}
+		want := acceptedReport(t, tc.Accepted.NodeID, tc.Accepted.NodeEpoch, tc.Accepted.Flows)
 		assert.Equal(t, normal(want), normal(r), tc.Name)
 		assert.Equal(t, tc.Accepted.NodeID, tc.Node, "%s: sent on its own node's subject", tc.Name)
 		if tc.Canonical {

@@ -61,11 +61,14 @@ var fieldNames = [...]string{"state_size", "last_exec_time_map", "start_time_map
 
 // valueError is a value that does not decode: why, and where.
 type valueError struct {
-	offset int
+	offset int // -1: not known
 	reason string
 }
 
 func (e *valueError) Error() string {
+	if e.offset < 0 {
+		return ErrInvalidValue.Error() + ": " + e.reason
+	}
 	return ErrInvalidValue.Error() + ": " + e.reason + " at byte " + strconv.Itoa(e.offset)
 }
 

@@ -8,6 +8,7 @@ const (
 	HeaderResync       = "Flow-State-Resync"        // "1": a delta that says "take a snapshot" (v2)
 	HeaderChunks       = "Flow-State-Chunks"        // "1" on a get: chunks welcome (v2)
 	HeaderChunk        = "Flow-State-Chunk"         // "<i>/<n>" on a chunk (v2)
+	HeaderView         = "Flow-State-View"          // on a get: ViewSeed or ViewStats (v3)
 	HeaderContentType  = "Content-Type"
 	HeaderAccept       = "Accept"
 
@@ -25,6 +26,13 @@ const (
 const (
 	ContentTypeMsgpack = "application/msgpack"
 	ContentTypeJSON    = "application/json"
+)
+
+// Views a get may ask for with HeaderView (v3). No header means ViewSeed;
+// any other value is answered CodeBadRequest.
+const (
+	ViewSeed  = "seed"  // GreptimeDB's FlowStateValue, as in v1 and v2
+	ViewStats = "stats" // the flow stats: GreptimeDB's maps, processed_rows and last_errors
 )
 
 // Error codes of a failed request.

@@ -1,0 +1,298 @@
+package codec
+
+import (
+	"cmp"
+	"encoding/binary"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+)
+
+// The v3 fields of a report: processed_rows, last_errors and seq
+// (PROTOCOL.md v3, report fields), read into Report.Health.
+
+// healthBits are the Has bits of the two health maps.
+var healthBits = [...]flowstate.HealthFields{
+	fieldProcessedRows: flowstate.HasProcessedRows,
+	fieldLastErrors:    flowstate.HasLastErrors,
+}
+
+// maxInterned is the most distinct messages a Decoder keeps to reuse their
+// strings; past it, it starts over.
+const maxInterned = 4096
+
+// healthMap reads processed_rows or last_errors at b[i:] into r.Health.
+// Its flows are appended to r.Health.Flows, checked for a flow named twice,
+// and joined with the other map's at the end of the report (joinHealth).
+func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeError) {
+	name := fieldNames[f]
+	if i < len(b) && b[i] == codeNil {
+		return i + 1, nil
+	}
+	n, i, st := mapLenAt(b, i)
+	if st != ok {
+		return i, scanError(name, st, codeAt(b, i), "a map")
+	}
+	h := &r.Health
+	if f == fieldProcessedRows {
+		h.HasProcessedRows = true
+	} else {
+		h.HasLastErrors = true
+	}
+	if limit := uint64(max(d.MaxFlows, 0)); limit > 0 && n > limit {
+		return i, newError(name, KindTooManyFlows, "map of "+strconv.FormatUint(n, 10)+" flows, limit "+strconv.Itoa(d.MaxFlows))
+	}
+	start := len(h.Flows)
+	d.healthRun = start // the second map's run, when the first had flows
+	sorted := true
+	for ; n > 0; n-- {
+		id, j, fast := uintFast(b, i)
+		if fast && id <= math.MaxUint32 {
+			i = j
+		} else {
+			var err *DecodeError
+			if id, i, err = flowIDAt(b, i, name); err != nil {
+				return i, err
+			}
+		}
+		if k := len(h.Flows); k > start && uint64(h.Flows[k-1].ID) >= id {
+			sorted = false
+		}
+		fh := flowstate.FlowHealth{ID: flowstate.FlowID(id), Has: healthBits[f]}
+		var err *DecodeError
+		if f == fieldProcessedRows {
+			v, j, fast := uintFast(b, i)
+			if !fast {
+				// The path is built only on error: it allocates.
+				v, j, err = uintField(b, i, flowPath(name, id))
+			}
+			fh.ProcessedRows, i = v, j
+		} else {
+			fh.LastErrors, i, err = d.errorList(b, i, id, r)
+		}
+		if err != nil {
+			return i, err
+		}
+		h.Flows = append(h.Flows, fh)
+	}
+	if !sorted {
+		run := h.Flows[start:]
+		slices.SortStableFunc(run, func(a, b flowstate.FlowHealth) int { return cmp.Compare(a.ID, b.ID) })
+		for k := 1; k < len(run); k++ {
+			if run[k].ID == run[k-1].ID {
+				return i, newError(flowPath(name, uint64(run[k].ID)), KindDuplicateFlow, "named twice")
+			}
+		}
+	}
+	return i, nil
+}
+
+// arrayLenAt reads an array header and returns the number of items it
+// claims.
+func arrayLenAt(b []byte, i int) (n uint64, next int, st status) {
+	if i >= len(b) {
+		return 0, i, truncated
+	}
+	c := b[i]
+	switch {
+	case c&0xf0 == codeFixArray:
+		return uint64(c & 0x0f), i + 1, ok
+	case c == codeArray16:
+		if len(b)-i < 3 {
+			return 0, i, truncated
+		}
+		return uint64(binary.BigEndian.Uint16(b[i+1:])), i + 3, ok
+	case c == codeArray32:
+		if len(b)-i < 5 {
+			return 0, i, truncated
+		}
+		return uint64(binary.BigEndian.Uint32(b[i+1:])), i + 5, ok
+	}
+	return 0, i, wrongType
+}
+
+// errorList reads one flow's array of errors, its items kept in r.errs.
+func (d *Decoder) errorList(b []byte, i int, id uint64, r *Report) ([]flowstate.FlowError, int, *DecodeError) {
+	n, i, st := arrayLenAt(b, i)
+	if st != ok {
+		return nil, i, scanError(flowPath("last_errors", id), st, codeAt(b, i), "an array of errors")
+	}
+	if n > flowstate.MaxFlowErrors {
+		return nil, i, newError(flowPath("last_errors", id), KindBadError, strconv.FormatUint(n, 10)+" errors, at most "+strconv.Itoa(flowstate.MaxFlowErrors))
+	}
+	start := len(r.errs)
+	for k := 0; k < int(n); k++ {
+		var e flowstate.FlowError
+		var err *DecodeError
+		if e, i, err = d.flowError(b, i); err != nil {
+			err.Field = flowPath("last_errors", id) + "[" + strconv.Itoa(k) + "]" + err.Field
+			return nil, i, err
+		}
+		r.errs = append(r.errs, e)
+	}
+	return r.errs[start:len(r.errs):len(r.errs)], i, nil
+}
+
+// flowError reads one error map: time and message required, other keys
+// ignored. An error's Field is relative to the map: "", ".time" or
+// ".message".
+func (d *Decoder) flowError(b []byte, i int) (flowstate.FlowError, int, *DecodeError) {
+	const path = ""
+	var e flowstate.FlowError
+	n, i, st := mapLenAt(b, i)
+	if st != ok {
+		return e, i, scanError(path, st, codeAt(b, i), "an error map")
+	}
+	var hasTime, hasMessage bool
+	for ; n > 0; n-- {
+		key, j, st := strAt(b, i)
+		if st != ok {
+			return e, i, scanError(path, st, codeAt(b, i), "a string key")
+		}
+		i = j
+		switch string(key) {
+		case "time":
+			if hasTime {
+				return e, i, newError(path+".time", KindDuplicateField, "named twice")
+			}
+			hasTime = true
+			v, neg, j, st := intAt(b, i)
+			if st != ok {
+				return e, i, scanError(path+".time", st, codeAt(b, i), "an integer")
+			}
+			if !neg && v > math.MaxInt64 {
+				return e, i, newError(path+".time", KindOutOfRange, "time "+strconv.FormatUint(v, 10)+" overflows int64")
+			}
+			e.Time, i = int64(v), j
+		case "message":
+			if hasMessage {
+				return e, i, newError(path+".message", KindDuplicateField, "named twice")
+			}
+			hasMessage = true
+			s, j, st := strAt(b, i)
+			if st != ok {
+				return e, i, scanError(path+".message", st, codeAt(b, i), "a string")
+			}
+			if !flowstate.ValidMessage(s) {
+				return e, i, newError(path+".message", KindBadError,
+					"message of "+strconv.Itoa(len(s))+" bytes: want 1 to "+strconv.Itoa(flowstate.MaxErrorMessage)+" bytes of UTF-8")
+			}
+			e.Message, i = d.intern(s), j
+		default:
+			// The error map is level 4: report, last_errors, the array, it.
+			if i, st = skipAt(b, i, 5); st != ok {
+				return e, i, scanError(path, st, 0, "")
+			}
+		}
+	}
+	switch {
+	case !hasTime:
+		return e, i, newError(path, KindBadError, "error without time")
+	case !hasMessage:
+		return e, i, newError(path, KindBadError, "error without message")
+	}
+	return e, i, nil
+}
+
+// intern returns s as a string, the same string as for an equal message
+// read before, so that a node that repeats its errors costs no allocation.
+func (d *Decoder) intern(s []byte) string {
+	if m, ok := d.messages[string(s)]; ok {
+		return m
+	}
+	if d.messages == nil || len(d.messages) >= maxInterned {
+		d.messages = make(map[string]string)
+	}
+	m := string(s)
+	d.messages[m] = m
+	return m
+}
+
+// joinHealth joins the flows of processed_rows and last_errors (each run
+// sorted) into one list sorted by ID, and checks that the report's flows
+// across all its maps stay within MaxFlows.
+func (d *Decoder) joinHealth(r *Report) *DecodeError {
+	h := &r.Health
+	if len(h.Flows) == 0 {
+		return nil
+	}
+	if k := d.healthRun; k > 0 && k < len(h.Flows) {
+		h.Flows = d.mergeHealth(h.Flows, k)
+	}
+	if d.MaxFlows <= 0 {
+		return nil
+	}
+	if flowstate.DistinctFlows(r.Flows, h.Flows) <= d.MaxFlows {
+		return nil
+	}
+	// Name the first flow over the limit.
+	n := len(r.Flows)
+	for k := range h.Flows {
+		if !inUnion(r.Flows, h.Flows[k].ID) {
+			if n++; n > d.MaxFlows {
+				f := &h.Flows[k]
+				name := fieldNames[fieldProcessedRows]
+				if f.Has&flowstate.HasProcessedRows == 0 {
+					name = fieldNames[fieldLastErrors]
+				}
+				return newError(flowPath(name, uint64(f.ID)), KindTooManyFlows, "more than "+strconv.Itoa(d.MaxFlows)+" flows")
+			}
+		}
+	}
+	return nil
+}
+
+// mergeHealth joins two runs of flows, each sorted by ID, each ID once:
+// flows[:k] and flows[k:]. When the second names only flows of the first (a
+// node reports its errors for the flows it reports rows for), it is merged
+// in place; otherwise both are merged through d.htmp. Linear either way.
+func (d *Decoder) mergeHealth(flows []flowstate.FlowHealth, k int) []flowstate.FlowHealth {
+	a, b := flows[:k], flows[k:]
+	c := 0
+	inPlace := true
+	for m := range b {
+		for c < len(a) && a[c].ID < b[m].ID {
+			c++
+		}
+		if c == len(a) || a[c].ID != b[m].ID {
+			inPlace = false
+			break
+		}
+		joinFlowHealth(&a[c], &b[m]) // idempotent: a later merge gives the same
+	}
+	if inPlace {
+		return a
+	}
+	out := d.htmp[:0]
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i].ID < b[j].ID:
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j].ID < a[i].ID:
+			out = append(out, b[j])
+			j++
+		default:
+			f := a[i]
+			joinFlowHealth(&f, &b[j])
+			out = append(out, f)
+			i, j = i+1, j+1
+		}
+	}
+	d.htmp = out
+	return append(flows[:0], out...)
+}
+
+// joinFlowHealth copies the fields that src has into f.
+func joinFlowHealth(f, src *flowstate.FlowHealth) {
+	f.Has |= src.Has
+	if src.Has&flowstate.HasProcessedRows != 0 {
+		f.ProcessedRows = src.ProcessedRows
+	}
+	if src.Has&flowstate.HasLastErrors != 0 {
+		f.LastErrors = src.LastErrors
+	}
+}

@@ -1,0 +1,147 @@
+package flowstate
+
+import (
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The limits of a flow's health (PROTOCOL.md v3, report fields).
+const (
+	MaxFlowErrors    = 3    // errors one node reports per flow, and the stats view keeps per flow
+	MaxErrorMessage  = 1024 // bytes of an error message, at least 1
+	MaxRetiredEpochs = 8    // node_epoch values a node's stored value remembers
+)
+
+// FlowError is one error of a flow as a node reports it.
+type FlowError struct {
+	Time    int64 // unix ms
+	Message string
+}
+
+// HealthFields says which of a FlowHealth's values are present.
+type HealthFields uint8
+
+// The fields of a FlowHealth.
+const (
+	HasProcessedRows HealthFields = 1 << iota
+	HasLastErrors
+)
+
+// FlowHealth is one flow's health on one node: the rows it processed since
+// the node's process started, and its last errors, newest first (at most
+// MaxFlowErrors). A flow named in last_errors with an empty array has
+// HasLastErrors and no errors.
+type FlowHealth struct {
+	ID            FlowID
+	Has           HealthFields
+	ProcessedRows uint64
+	LastErrors    []FlowError
+}
+
+// Health is the v3 part of a node's report and of its stored value: per flow
+// the health, sorted by ID, each ID once; the report's seq; and, in a stored
+// value, the node_epoch values the node moved away from (oldest first, at
+// most MaxRetiredEpochs). The Has flags say which report fields were present:
+// a map that was absent or nil is not, an empty one is.
+type Health struct {
+	HasProcessedRows bool
+	HasLastErrors    bool
+	HasSeq           bool
+	Seq              uint64
+	Flows            []FlowHealth
+	RetiredEpochs    []uint64
+}
+
+// IsV3 reports whether h carries a v3 report field (processed_rows,
+// last_errors or seq): only then does a node's stored value have a v3 part.
+func (h *Health) IsV3() bool {
+	return h != nil && (h.HasProcessedRows || h.HasLastErrors || h.HasSeq)
+}
+
+// Reset empties h, keeping its capacity.
+func (h *Health) Reset() {
+	*h = Health{Flows: h.Flows[:0], RetiredEpochs: h.RetiredEpochs[:0]}
+}
+
+// ValidMessage reports whether s is a valid error message: valid UTF-8, 1 to
+// MaxErrorMessage bytes.
+func ValidMessage[S ~string | ~[]byte](s S) bool {
+	return len(s) >= 1 && len(s) <= MaxErrorMessage && utf8.Valid([]byte(s))
+}
+
+// Check returns why h breaks the rules of a report's v3 fields, or "": flows
+// sorted by ID, each once, with at least one field; at most MaxFlowErrors
+// errors per flow, each with a valid message; at most MaxRetiredEpochs
+// retired epochs. The reason names the flow.
+func (h *Health) Check() string {
+	for i := range h.Flows {
+		f := &h.Flows[i]
+		path := "[" + strconv.FormatUint(uint64(f.ID), 10) + "]"
+		if i > 0 && h.Flows[i-1].ID >= f.ID {
+			return "flow " + path + " out of order or twice"
+		}
+		if f.Has == 0 {
+			return "flow " + path + " has no field"
+		}
+		if f.Has&HasProcessedRows != 0 && !h.HasProcessedRows || f.Has&HasLastErrors != 0 && !h.HasLastErrors {
+			return "flow " + path + " in a map that is absent"
+		}
+		if f.Has&HasLastErrors == 0 && len(f.LastErrors) > 0 {
+			return "last_errors" + path + ": errors without the field"
+		}
+		if len(f.LastErrors) > MaxFlowErrors {
+			return "last_errors" + path + ": more than " + strconv.Itoa(MaxFlowErrors) + " errors"
+		}
+		for k := range f.LastErrors {
+			if !ValidMessage(f.LastErrors[k].Message) {
+				return "last_errors" + path + ": message empty, longer than " + strconv.Itoa(MaxErrorMessage) + " bytes or not UTF-8"
+			}
+		}
+	}
+	if len(h.RetiredEpochs) > MaxRetiredEpochs {
+		return "more than " + strconv.Itoa(MaxRetiredEpochs) + " retired epochs"
+	}
+	return ""
+}
+
+// ErrorBytes is the bytes of error messages h holds, as --max-error-bytes
+// counts them.
+func (h *Health) ErrorBytes() int {
+	n := 0
+	for i := range h.Flows {
+		for _, e := range h.Flows[i].LastErrors {
+			n += len(e.Message)
+		}
+	}
+	return n
+}
+
+// Clone returns a deep copy of h (messages are immutable strings, shared).
+func (h *Health) Clone() *Health {
+	c := *h
+	c.Flows = slices.Clone(h.Flows)
+	for i := range c.Flows {
+		c.Flows[i].LastErrors = slices.Clone(c.Flows[i].LastErrors)
+	}
+	c.RetiredEpochs = slices.Clone(h.RetiredEpochs)
+	return &c
+}
+
+// DistinctFlows counts the flow ids named by flows and by health, both
+// sorted by ID: the flows a report or a stored value names across all its
+// maps, as --max-flows and --max-total-flows count them. Linear, no
+// allocation.
+func DistinctFlows(flows []Flow, health []FlowHealth) int {
+	n, i := len(flows), 0
+	for k := range health {
+		id := health[k].ID
+		for i < len(flows) && flows[i].ID < id {
+			i++
+		}
+		if i == len(flows) || flows[i].ID != id {
+			n++
+		}
+	}
+	return n
+}

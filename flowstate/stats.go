@@ -1,0 +1,129 @@
+package flowstate
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+)
+
+// StatsError is an error in the stats view: a node's error of a flow, with
+// the node that reported it.
+type StatsError struct {
+	Time    int64
+	NodeID  uint64
+	Message string
+}
+
+// FlowStats is one flow's health over all nodes (PROTOCOL.md v3, the stats
+// view): the most rows any node reports for it, and its MaxFlowErrors newest
+// errors over all nodes, newest first. HasLastErrors is set only with at
+// least one error.
+type FlowStats struct {
+	ID            FlowID
+	Has           HealthFields
+	ProcessedRows uint64
+	LastErrors    []StatsError
+}
+
+// NodeHealth is one node's health, as MergeHealth takes it.
+type NodeHealth struct {
+	NodeID uint64
+	Health *Health
+}
+
+// MergeHealth merges the health of nodes into the stats of each flow,
+// appended to dst[:0] sorted by ID: processed_rows is the maximum over the
+// nodes that report it; last_errors the MaxFlowErrors newest errors over all
+// nodes, newest first, equal times in ascending node id and then in the
+// node's own order. A flow appears only where some node reported it, and in
+// last_errors only with at least one error. nodes may be in any order; nil
+// Healths are skipped.
+func MergeHealth(dst []FlowStats, nodes []NodeHealth) []FlowStats {
+	type candidate struct {
+		id    FlowID
+		node  uint64
+		order int
+		err   FlowError
+	}
+	out := dst[:0]
+	var errs []candidate
+	index := make(map[FlowID]int)
+	for _, n := range nodes {
+		if n.Health == nil {
+			continue
+		}
+		for i := range n.Health.Flows {
+			f := &n.Health.Flows[i]
+			k, ok := index[f.ID]
+			if !ok {
+				k = len(out)
+				index[f.ID] = k
+				out = append(out, FlowStats{ID: f.ID})
+			}
+			s := &out[k]
+			if f.Has&HasProcessedRows != 0 {
+				if s.Has&HasProcessedRows == 0 || f.ProcessedRows > s.ProcessedRows {
+					s.ProcessedRows = f.ProcessedRows
+				}
+				s.Has |= HasProcessedRows
+			}
+			for o, e := range f.LastErrors {
+				errs = append(errs, candidate{id: f.ID, node: n.NodeID, order: o, err: e})
+			}
+		}
+	}
+	slices.SortFunc(errs, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(b.err.Time, a.err.Time),
+			cmp.Compare(a.node, b.node), cmp.Compare(a.order, b.order))
+	})
+	for _, c := range errs {
+		s := &out[index[c.id]]
+		if len(s.LastErrors) < MaxFlowErrors {
+			s.LastErrors = append(s.LastErrors, StatsError{Time: c.err.Time, NodeID: c.node, Message: c.err.Message})
+			s.Has |= HasLastErrors
+		}
+	}
+	// A flow named only in last_errors with no error contributes nothing.
+	out = slices.DeleteFunc(out, func(s FlowStats) bool { return s.Has == 0 })
+	slices.SortFunc(out, func(a, b FlowStats) int { return cmpID(a.ID, b.ID) })
+	return out
+}
+
+// AppendStatsJSON appends the stats view in JSON to dst: GreptimeDB's value
+// (flows, as AppendJSON writes it) followed by processed_rows and
+// last_errors, flow ids as strings in ascending numeric order, no spaces,
+// errors as {"time":...,"node_id":...,"message":"..."}, e.g.
+// {"state_size":{"1":1024},"last_exec_time_map":{"1":1700000000000},"start_time_map":{},"processed_rows":{"1":52000},"last_errors":{"1":[{"time":1700000000000,"node_id":7,"message":"sink table missing"}]}}.
+// stats are sorted by ID, as MergeHealth returns them.
+func AppendStatsJSON(dst []byte, flows []Flow, stats []FlowStats) []byte {
+	dst = AppendJSON(dst, flows)
+	dst = append(dst[:len(dst)-1], `,"processed_rows":{`...)
+	first := true
+	for i := range stats {
+		s := &stats[i]
+		if s.Has&HasProcessedRows != 0 {
+			dst = appendKey(dst, s.ID, first)
+			dst = strconv.AppendUint(dst, s.ProcessedRows, 10)
+			first = false
+		}
+	}
+	dst = append(dst, `},"last_errors":{`...)
+	first = true
+	for i := range stats {
+		s := &stats[i]
+		if s.Has&HasLastErrors == 0 || len(s.LastErrors) == 0 {
+			continue
+		}
+		dst = appendKey(dst, s.ID, first)
+		dst = append(dst, '[')
+		for k, e := range s.LastErrors {
+			if k > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendErrorJSON(dst, e.Time, &e.NodeID, e.Message)
+		}
+		dst = append(dst, ']')
+		first = false
+	}
+	return append(dst, "}}"...)
+}

@@ -7,7 +7,7 @@ import (
 )
 
 // AppendStats appends the stats view (PROTOCOL.md v3) to dst: a map with the
-// string keys state_size, last_exec_time_map, start_time_map (the seed's
+// string keys state_size, last_exec_time_map, start_time_map (GreptimeDB's
 // aggregate of flows, as AppendAggregate writes it), processed_rows and
 // last_errors (of stats, as flowstate.MergeHealth returns them), integer
 // flow ids ascending, each error a map of time, node_id and message in that

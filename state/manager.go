@@ -111,7 +111,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	n.meta.lineage = next
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
-		// the seed's get turns from None to Some and its key is written.
+		// GreptimeDB's get turns from None to Some and its key is written.
 		changed = true
 	}
 	n.meta.seen = m.opts.Now()

@@ -90,6 +90,9 @@ func (w *Worker) decode(h *heartbeat) error {
 			reason: fmt.Sprintf("body node_id %d differs from the subject's node id %d", w.report.NodeID, subjectNode)}
 	}
 	h.rep = state.Report{Node: subjectNode, NodeEpoch: w.report.NodeEpoch, HasNodeEpoch: w.report.HasNodeEpoch, Flows: w.report.Flows}
+	if w.report.Health.IsV3() {
+		h.rep.Health = &w.report.Health
+	}
 	return nil
 }
 

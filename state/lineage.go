@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-)
 
-// MaxRetiredEpochs is how many node_epoch values a state remembers per
-// node as retired: those the node moved away from, newest kept.
-const MaxRetiredEpochs = 8
+	"github.com/flowstate-io/flowstate/flowstate"
+)
 
 // ErrStale is wrapped by the error of a report that is stale (a
 // *StaleError): a later report of the same process, or of a later process
@@ -71,7 +69,8 @@ func (prev *lineage) after(rep *Report) lineage {
 	if !rep.carriesV3() {
 		return lineage{}
 	}
-	next := lineage{epoch: rep.NodeEpoch, hasEpoch: rep.HasNodeEpoch, seq: rep.Seq, hasSeq: rep.HasSeq}
+	seq, hasSeq := rep.seq()
+	next := lineage{epoch: rep.NodeEpoch, hasEpoch: rep.HasNodeEpoch, seq: seq, hasSeq: hasSeq}
 	if prev == nil {
 		return next
 	}
@@ -87,17 +86,17 @@ func (prev *lineage) after(rep *Report) lineage {
 	return next
 }
 
-// retire appends epoch to retired, oldest dropped past MaxRetiredEpochs;
+// retire appends epoch to retired, oldest dropped past flowstate.MaxRetiredEpochs;
 // retired is not changed in place.
 func retire(retired []uint64, epoch uint64) []uint64 {
-	out := make([]uint64, 0, min(len(retired)+1, MaxRetiredEpochs))
+	out := make([]uint64, 0, min(len(retired)+1, flowstate.MaxRetiredEpochs))
 	for _, e := range retired {
 		if e != epoch {
 			out = append(out, e)
 		}
 	}
 	out = append(out, epoch)
-	if n := len(out) - MaxRetiredEpochs; n > 0 {
+	if n := len(out) - flowstate.MaxRetiredEpochs; n > 0 {
 		out = out[n:]
 	}
 	return out
@@ -108,13 +107,14 @@ func retire(retired []uint64, epoch uint64) []uint64 {
 // seq, and the held report has the same node_epoch and a seq at least as
 // great, or rep's node_epoch is retired. Any other report is not stale.
 func (l *lineage) stale(node uint64, rep *Report) error {
-	if l == nil || !rep.HasNodeEpoch || !rep.HasSeq {
+	seq, hasSeq := rep.seq()
+	if l == nil || !rep.HasNodeEpoch || !hasSeq {
 		return nil
 	}
-	e := &StaleError{Node: node, Epoch: rep.NodeEpoch, Seq: rep.Seq,
+	e := &StaleError{Node: node, Epoch: rep.NodeEpoch, Seq: seq,
 		HeldEpoch: l.epoch, HeldSeq: l.seq, HasHeldEpoch: l.hasEpoch, HasHeldSeq: l.hasSeq}
 	switch {
-	case l.hasEpoch && l.epoch == rep.NodeEpoch && l.hasSeq && l.seq >= rep.Seq:
+	case l.hasEpoch && l.epoch == rep.NodeEpoch && l.hasSeq && l.seq >= seq:
 		return e
 	case slices.Contains(l.retired, rep.NodeEpoch):
 		e.RetiredByLater = true

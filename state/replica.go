@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -102,6 +103,7 @@ type watched struct {
 	keys       map[uint64]uint64   // per node, its key's last write delivered in the epoch, a deletion included: a write's condition
 	refused    refusals            // what the rule refused, since Run began
 	flows      []flowstate.Flow    // scratch: the value being applied
+	health     flowstate.Health    // scratch: the v3 part of the value being applied
 }
 
 // served is the state that reads see: the watch's while following, the last
@@ -231,9 +233,10 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	w := &r.watch
 	w.nodeWrite = ev.Revision.Seq
 	var flows []flowstate.Flow
+	var l lineage
 	ok := ev.Op == kv.OpPut
 	if ok {
-		flows, ok = r.valueLocked(id, ev)
+		flows, l, ok = r.valueLocked(id, ev)
 	}
 	if !ok {
 		if w.agg.Remove(id) {
@@ -250,22 +253,28 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	if at.IsZero() {
 		at = r.opts.Clock.Now()
 	}
-	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq}
+	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq, lineage: l}
 }
 
-// valueLocked reads node id's value by the rule: its flows, or false for
-// no value. A write of this worker whose store's answer has come is read
-// from the report kept since Submit (the flows its bytes decode to); any
-// other is decoded.
-func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, bool) {
+// valueLocked reads node id's value by the rule: its flows and its
+// lineage (node_epoch, seq and retired epochs, with v3 fields), or false
+// for no value. A write of this worker whose store's answer has come is
+// read from the report kept since Submit (what its bytes decode to); any
+// other is decoded, its v3 fields checked by the rules of a report's.
+func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage, bool) {
 	w := &r.watch
 	own := r.writes.ownLocked(w.epoch, id, ev.Revision.Seq)
+	var l lineage
 	var err error
 	if own != nil {
 		w.flows = append(w.flows[:0], own.flows...)
+		l = own.lineage
 	} else if w.flows, err = flowstate.AppendValueFlows(w.flows[:0], ev.Value); err != nil {
 		r.refuseLocked(RefusedInvalid, ev, err)
-		return nil, false
+		return nil, l, false
+	} else if l, err = r.lineageOfLocked(ev.Value); err != nil {
+		r.refuseLocked(RefusedInvalid, ev, err)
+		return nil, l, false
 	}
 	if limit := r.opts.MaxReportFlows; limit > 0 && len(w.flows) > limit {
 		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, len(w.flows), limit)
@@ -274,9 +283,24 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, bool) {
 		}
 		r.refuseLocked(RefusedTooManyFlows, ev, err)
 		w.flows = nil // a value this large is rare: its memory is not kept
-		return nil, false
+		return nil, l, false
 	}
-	return w.flows, true
+	return w.flows, l, true
+}
+
+// lineageOfLocked reads the lineage a stored value's v3 fields give (none
+// without them), or why they break the rules of a report's.
+func (r *Replica) lineageOfLocked(value []byte) (lineage, error) {
+	h := &r.watch.health
+	epoch, hasEpoch, err := flowstate.DecodeNodeHealth(value, h)
+	if err != nil || !h.IsV3() {
+		return lineage{}, err
+	}
+	l := lineage{epoch: epoch, hasEpoch: hasEpoch, seq: h.Seq, hasSeq: h.HasSeq}
+	if len(h.RetiredEpochs) > 0 {
+		l.retired = slices.Clone(h.RetiredEpochs)
+	}
+	return l, nil
 }
 
 // freezeLocked keeps the state served while the watch delivers writes that

@@ -39,12 +39,17 @@ func (r *Replica) overtakeLocked(e *write, err error) bool {
 
 // resumeLocked sends e, overtaken, once more: the watch has passed the
 // write that beat it, so it is conditioned on the key's last write as the
-// watch knows it now.
-func (r *Replica) resumeLocked(e *write) resend {
+// watch knows it now, and judged against the report the watch applied: a
+// report the write that beat it makes stale is refused (false).
+func (r *Replica) resumeLocked(e *write) (resend, bool) {
 	r.writes.dropOvertaken(e)
+	if err := e.judgeLocked(r.watchedLocked(e.node)); err != nil {
+		e.refuse(err)
+		return resend{}, false
+	}
 	e.late = true // sent after writes queued behind it
 	e.to(sent)
-	return resend{e: e, cond: r.watch.keys[e.node]}
+	return resend{e: e, cond: r.watch.keys[e.node]}, true
 }
 
 // sweepOvertakenLocked settles the overtaken writes that can be: those
@@ -66,7 +71,15 @@ func (r *Replica) sweepOvertakenLocked() []resend {
 		case e.epoch != r.watch.epoch:
 			reason = fmt.Errorf("%w (epoch %s ended)", ErrStoreCleared, e.epoch)
 		case r.watch.keys[e.node] >= e.waitFor:
-			sends = append(sends, r.resumeLocked(e))
+			if s, ok := r.resumeLocked(e); ok {
+				sends = append(sends, s)
+				continue
+			}
+			// Stale: refused by resumeLocked; the writes chained after it
+			// are judged in turn.
+			if next, cond := r.nextLocked(e); next != nil {
+				sends = append(sends, resend{e: next, cond: cond})
+			}
 			continue
 		case r.phase == stopped, r.clock > e.deadline:
 			r.conflicts++

@@ -142,8 +142,11 @@ func (q *queue) keepLocked(e *write, flows []flowstate.Flow, countFlows bool, ag
 }
 
 // admitLocked checks a report before its write: the Replica serves, its
-// watch is not late, and the state stays within its limits.
-func (r *Replica) admitLocked(nodeID uint64, flows []flowstate.Flow) error {
+// watch is not late, the report is not stale against the node's report as
+// this worker knows it (heldLocked), and the state stays within its
+// limits.
+func (r *Replica) admitLocked(rep *Report) error {
+	nodeID, flows := rep.Node, rep.Flows
 	if err := checkSorted(flows); err != nil {
 		return err
 	}
@@ -157,6 +160,9 @@ func (r *Replica) admitLocked(nodeID uint64, flows []flowstate.Flow) error {
 	}
 	if b := r.writes.behind; b > r.watch.delivered {
 		return fmt.Errorf("state: the store's watch has not reached revision %d yet: %w", b, kv.ErrUnavailable)
+	}
+	if err := r.heldLocked(nodeID).stale(nodeID, rep); err != nil {
+		return err
 	}
 	if err := r.watch.agg.Check(nodeID, flows, r.writes.limitsLocked(r.opts.Limits)); err != nil {
 		return err
@@ -295,4 +301,24 @@ func countFields(flows []flowstate.Flow) int {
 		}
 	}
 	return n
+}
+
+// heldLocked is the lineage of node id's report as this worker knows it
+// now: its own write of the node still in the queue and not refused, which
+// is the node's report if it lands (a later write is conditioned on it), or
+// else the report the watch applied; nil if neither.
+func (r *Replica) heldLocked(id uint64) *lineage {
+	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.phase != refused {
+		return &p.lineage
+	}
+	return r.watchedLocked(id)
+}
+
+// watchedLocked is the lineage of node id's report as the watch applied
+// it; nil if it applied none.
+func (r *Replica) watchedLocked(id uint64) *lineage {
+	if seen, ok := r.watch.nodes[id]; ok {
+		return &seen.lineage
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 type nodeSeen struct {
 	at       time.Time // when the store took its last write
 	revision uint64    // the sequence number of its last write
+	lineage  lineage   // its processes, as its value says: the stale rule's
 }
 
 // deltas is what Delta handed out in the epoch.

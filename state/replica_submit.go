@@ -54,7 +54,7 @@ func (r *Replica) Submit(ctx context.Context, rep Report, c Completion) error {
 		return nil
 	}
 	if send {
-		r.enc = flowstate.AppendJSON(r.enc[:0], rep.Flows)
+		r.enc = e.appendValue(r.enc[:0])
 		r.send(ctx, e, r.enc, cond)
 	}
 	return nil
@@ -68,16 +68,23 @@ func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, s
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e = r.writes.push(r, c)
-	if err := r.admitLocked(rep.Node, rep.Flows); err != nil {
+	if err := r.admitLocked(&rep); err != nil {
 		e.refuse(err)
 		return nil, 0, false
 	}
 	e.node, e.epoch, e.delivered, e.rev = rep.Node, r.watch.epoch, r.watch.delivered, r.served.revision
+	e.nodeEpoch, e.hasEpoch = rep.NodeEpoch, rep.HasNodeEpoch
+	if rep.carriesV3() {
+		e.health = rep.Health.Clone()
+	}
+	e.lineage = r.heldLocked(rep.Node).after(&rep)
+	if e.health != nil {
+		e.health.RetiredEpochs = e.lineage.retired
+	}
 	r.writes.keepLocked(e, rep.Flows, r.opts.Limits.MaxFlows > 0, r.watch.agg)
 	cond = r.condLocked(rep.Node)
 	if r.writes.chainLocked(e) {
-		e.value = flowstate.AppendJSON(e.value[:0], rep.Flows)
-		return e, 0, false
+		return e, 0, false // its value is encoded when it is sent (sendLater)
 	}
 	e.to(sent)
 	return e, cond, true
@@ -112,13 +119,12 @@ type resend struct {
 	cond uint64
 }
 
-// sendLater sends each write of sends, outside mu. A write sent again
-// after its condition was refused is encoded again from its kept flows (a
-// chained one kept its value).
+// sendLater sends each write of sends, outside mu, encoded from what it
+// kept of its report.
 func (r *Replica) sendLater(sends ...resend) {
 	for _, s := range sends {
 		if len(s.e.value) == 0 {
-			s.e.value = flowstate.AppendJSON(s.e.value[:0], s.e.flows)
+			s.e.value = s.e.appendValue(s.e.value[:0])
 		}
 		// Puts in flight stay within the window, and the store takes as
 		// many: a put slot is free. The bound is in case one is not.
@@ -162,10 +168,14 @@ func (r *Replica) recordStored(e *write, rev kv.Revision, err error) (resend, bo
 	defer r.mu.Unlock()
 	abandoned := e.phase == abandoned
 	if !abandoned && e.err == nil && r.overtakeLocked(e, err) {
-		if r.watch.keys[e.node] >= e.waitFor {
-			return r.resumeLocked(e), true // the watch passed it already
+		if r.watch.keys[e.node] < e.waitFor {
+			return resend{}, false
 		}
-		return resend{}, false
+		if s, ok := r.resumeLocked(e); ok {
+			return s, true // the watch passed it already
+		}
+		next, cond := r.nextLocked(e) // e is stale: the write chained after it is judged in turn
+		return resend{e: next, cond: cond}, next != nil
 	}
 	switch {
 	case err != nil && e.err == nil && errors.Is(err, kv.ErrRevisionMismatch):
@@ -214,6 +224,11 @@ func (r *Replica) nextLocked(e *write) (*write, uint64) {
 	cond := r.watch.keys[next.node]
 	if e.err == nil && e.seq != 0 && e.epoch == r.watch.epoch {
 		cond = max(cond, e.seq)
+	} else if err := next.judgeLocked(r.watchedLocked(next.node)); err != nil {
+		// e did not land: next replaces the report the watch applied,
+		// against which it may be stale.
+		next.refuse(err)
+		return nil, 0
 	}
 	next.to(sent)
 	return next, cond

@@ -81,7 +81,11 @@ type write struct {
 	c     Completion
 
 	node      uint64
-	epoch     string           // the watch's at Submit
+	nodeEpoch uint64 // the report's node_epoch, if hasEpoch
+	hasEpoch  bool
+	health    *flowstate.Health // the report's v3 part, copied; nil without one
+	lineage   lineage           // the node's lineage once this report is its report
+	epoch     string            // the watch's at Submit
 	delivered uint64           // the watch's at Submit: a write stored at or below it went to a recreated bucket
 	rev       uint64           // the served revision at Submit, for MergeResult.Changed
 	flows     []flowstate.Flow // the report: what the watch applies when it delivers seq
@@ -126,6 +130,33 @@ func (e *write) awaitsStore() bool {
 func (e *write) refuse(err error) {
 	e.err = err
 	e.to(refused)
+}
+
+// report is e's report, for the stale rule.
+func (e *write) report() Report {
+	return Report{Node: e.node, NodeEpoch: e.nodeEpoch, HasNodeEpoch: e.hasEpoch, Health: e.health}
+}
+
+// judgeLocked decides e against held, the lineage of the node's report it
+// is to replace: a *StaleError if e is stale, or nil, e's lineage then
+// following from held and its value to be encoded again.
+func (e *write) judgeLocked(held *lineage) error {
+	rep := e.report()
+	if err := held.stale(e.node, &rep); err != nil {
+		return err
+	}
+	e.lineage = held.after(&rep)
+	if e.health != nil {
+		e.health.RetiredEpochs = e.lineage.retired
+	}
+	e.value = e.value[:0]
+	return nil
+}
+
+// appendValue appends e's stored value: GreptimeDB's JSON of its flows,
+// and its v3 fields after it, if it has any.
+func (e *write) appendValue(dst []byte) []byte {
+	return flowstate.AppendNodeJSON(dst, e.flows, e.nodeEpoch, e.hasEpoch, e.health)
 }
 
 // PutDone is the store's answer to e's put (kv.PutReceiver).

@@ -21,8 +21,12 @@ type reportState interface {
 // numbered is a report of node with one flow whose last execution time is
 // at, from process epoch (0: none) numbered seq (0: none).
 func numbered(node, epoch, seq uint64, at int64) state.Report {
-	return state.Report{Node: node, NodeEpoch: epoch, HasNodeEpoch: epoch != 0, Seq: seq, HasSeq: seq != 0,
+	rep := state.Report{Node: node, NodeEpoch: epoch, HasNodeEpoch: epoch != 0,
 		Flows: []flowstate.Flow{{ID: 1, Has: flowstate.HasLastExecTime, LastExecTime: at}}}
+	if seq != 0 {
+		rep.Health = &flowstate.Health{Seq: seq, HasSeq: true}
+	}
+	return rep
 }
 
 // staleRule runs every sentence of the stale rule (PROTOCOL.md, "Stale
@@ -31,7 +35,7 @@ func staleRule(t *testing.T, newState func(t *testing.T) reportState) {
 	apply := func(t *testing.T, m reportState, rep state.Report) state.MergeResult {
 		t.Helper()
 		res, err := m.Merge(t.Context(), rep)
-		require.NoError(t, err, "report node_epoch %d seq %d is applied", rep.NodeEpoch, rep.Seq)
+		require.NoError(t, err, "report node_epoch %d %+v is applied", rep.NodeEpoch, rep.Health)
 		return res
 	}
 	refused := func(t *testing.T, m reportState, rep state.Report, why string) {
@@ -42,7 +46,7 @@ func staleRule(t *testing.T, newState func(t *testing.T) reportState) {
 		var se *state.StaleError
 		require.ErrorAs(t, err, &se, why)
 		assert.ErrorIs(t, err, state.ErrStale)
-		assert.Equal(t, [2]uint64{rep.NodeEpoch, rep.Seq}, [2]uint64{se.Epoch, se.Seq})
+		assert.Equal(t, [2]uint64{rep.NodeEpoch, rep.Health.Seq}, [2]uint64{se.Epoch, se.Seq})
 		assert.Contains(t, err.Error(), "node_epoch", "the reason names both reports")
 		after, err := m.Snapshot(t.Context(), nil)
 		require.NoError(t, err)
@@ -87,7 +91,7 @@ func staleRule(t *testing.T, newState func(t *testing.T) reportState) {
 	})
 	t.Run("the last 8 retired", func(t *testing.T) {
 		m := newState(t)
-		for e := uint64(1); e <= state.MaxRetiredEpochs+2; e++ {
+		for e := uint64(1); e <= flowstate.MaxRetiredEpochs+2; e++ {
 			apply(t, m, numbered(7, e, 1, int64(e)))
 		}
 		// Retired now: 2..9 (1 fell out); 10 is held.
@@ -116,4 +120,35 @@ func TestAStaleReportIsRefusedBeforeTheCapacityLimits(t *testing.T) {
 	_, err = m.Merge(t.Context(), rep)
 	require.ErrorIs(t, err, state.ErrStale)
 	assert.False(t, errors.Is(err, state.ErrCapacity))
+}
+
+func TestStaleReportsOnAReplica(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
+		staleRule(t, func(t *testing.T) reportState {
+			wipe(t, open()) // a fresh state of node 7 in each case
+			return follow(t, open(), state.ReplicaOptions{}).mgr
+		})
+	})
+}
+
+// TestAStaleReportIsStaleWhicheverWorkerItReachesAndAfterARestart: the
+// rule holds against the node's stored report, so a worker that did not
+// take the later report, and a worker started after it, refuse the
+// earlier one alike.
+func TestAStaleReportIsStaleWhicheverWorkerItReachesAndAfterARestart(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
+		a := follow(t, open(), state.ReplicaOptions{ID: "a"})
+		b := follow(t, open(), state.ReplicaOptions{ID: "b"})
+		res, err := a.mgr.Merge(t.Context(), numbered(7, 100, 78, 78))
+		require.NoError(t, err)
+		require.NoError(t, b.mgr.Sync(t.Context()))
+		_, err = b.mgr.Merge(t.Context(), numbered(7, 100, 76, 76))
+		require.ErrorIs(t, err, state.ErrStale, "the other worker judges by the stored report")
+		c := follow(t, open(), state.ReplicaOptions{ID: "c"})
+		_, err = c.mgr.Merge(t.Context(), numbered(7, 100, 77, 77))
+		require.ErrorIs(t, err, state.ErrStale, "a worker started later judges by the stored report")
+		got, v := fget(t, c.mgr)
+		assert.Equal(t, res.Version, v, "nothing changed, the revision included")
+		assert.Equal(t, map[flowstate.FlowID]int64{1: 78}, got.LastExecTimeMap)
+	})
 }

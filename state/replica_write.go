@@ -86,11 +86,11 @@ type write struct {
 	health    *flowstate.Health // the report's v3 part, copied; nil without one
 	lineage   lineage           // the node's lineage once this report is its report
 	epoch     string            // the watch's at Submit
-	delivered uint64           // the watch's at Submit: a write stored at or below it went to a recreated bucket
-	rev       uint64           // the served revision at Submit, for MergeResult.Changed
-	flows     []flowstate.Flow // the report: what the watch applies when it delivers seq
-	counted   int              // flows counted against Limits.MaxFlows while in flight
-	newNode   bool             // its node was new to the aggregate: counted against Limits.MaxNodes
+	delivered uint64            // the watch's at Submit: a write stored at or below it went to a recreated bucket
+	rev       uint64            // the served revision at Submit, for MergeResult.Changed
+	flows     []flowstate.Flow  // the report: what the watch applies when it delivers seq
+	counted   int               // flows counted against Limits.MaxFlows while in flight
+	newNode   bool              // its node was new to the aggregate: counted against Limits.MaxNodes
 
 	seq      uint64 // the write's sequence number, once stored
 	deadline uint64 // the clock tick past which the watch is late to apply it (stored), or to pass waitFor (overtaken)

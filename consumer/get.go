@@ -27,6 +27,10 @@ func (w *Worker) handleGet(req micro.Request) {
 }
 
 func (w *Worker) serveGet(req micro.Request) error {
+	v, err := view(req)
+	if err != nil {
+		return err
+	}
 	asJSON := wantsJSON(req.Headers().Get(protocol.HeaderAccept))
 	chunked := req.Headers().Get(protocol.HeaderChunks) == "1"
 	if asJSON && chunked {
@@ -43,11 +47,14 @@ func (w *Worker) serveGet(req micro.Request) error {
 		}
 		return fmt.Errorf("read barrier: %w", err)
 	}
+	if v == protocol.ViewStats {
+		return w.serveStats(req, asJSON, chunked)
+	}
 	if chunked {
 		return w.serveChunkedGet(ctx, req)
 	}
 	var size int
-	err := w.withEncoded(ctx, asJSON, func(body []byte, v flowstate.Version) error {
+	err = w.withEncoded(ctx, asJSON, func(body []byte, v flowstate.Version) error {
 		h := versionHeader(v)
 		if asJSON {
 			h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)

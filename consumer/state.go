@@ -26,6 +26,9 @@ type State interface {
 	EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, state.MergeResult, error)
 	// Size returns how many nodes and flows the state holds.
 	Size() (nodes, flows int)
+	// Stats returns the flow stats (the stats view of a get) at one
+	// version.
+	Stats(ctx context.Context) (state.Stats, error)
 }
 
 // Local is a state that this worker alone holds (a state.Manager, --kv

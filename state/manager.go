@@ -63,8 +63,9 @@ type Manager struct {
 
 // nodeMeta is what a Manager keeps of a node beside its report.
 type nodeMeta struct {
-	seen    time.Time // when its last report was applied
-	lineage lineage   // its processes, for the stale rule
+	seen    time.Time         // when its last report was applied
+	lineage lineage           // its processes, for the stale rule
+	health  *flowstate.Health // its flows' health, never changed once kept; nil: none
 }
 
 // NewManager returns an empty Manager at a new epoch.
@@ -108,7 +109,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if n.meta == nil {
 		n.meta = &nodeMeta{}
 	}
-	n.meta.lineage = next
+	n.meta.lineage, n.meta.health = next, keepHealth(rep.Health)
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.

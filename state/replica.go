@@ -234,9 +234,10 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	w.nodeWrite = ev.Revision.Seq
 	var flows []flowstate.Flow
 	var l lineage
+	var h *flowstate.Health
 	ok := ev.Op == kv.OpPut
 	if ok {
-		flows, l, ok = r.valueLocked(id, ev)
+		flows, l, h, ok = r.valueLocked(id, ev)
 	}
 	if !ok {
 		if w.agg.Remove(id) {
@@ -253,28 +254,31 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	if at.IsZero() {
 		at = r.opts.Clock.Now()
 	}
-	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq, lineage: l}
+	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq, lineage: l, health: h}
 }
 
 // valueLocked reads node id's value by the rule: its flows and its
-// lineage (node_epoch, seq and retired epochs, with v3 fields), or false
-// for no value. A write of this worker whose store's answer has come is
+// lineage (node_epoch, seq and retired epochs) and flows' health, with v3
+// fields; or false for no value. A write of this worker whose store's answer has come is
 // read from the report kept since Submit (what its bytes decode to); any
 // other is decoded, its v3 fields checked by the rules of a report's.
-func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage, bool) {
+func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage, *flowstate.Health, bool) {
 	w := &r.watch
 	own := r.writes.ownLocked(w.epoch, id, ev.Revision.Seq)
 	var l lineage
+	var h *flowstate.Health
 	var err error
 	if own != nil {
 		w.flows = append(w.flows[:0], own.flows...)
-		l = own.lineage
+		l, h = own.lineage, keepHealth(own.health)
 	} else if w.flows, err = flowstate.AppendValueFlows(w.flows[:0], ev.Value); err != nil {
 		r.refuseLocked(RefusedInvalid, ev, err)
-		return nil, l, false
+		return nil, l, nil, false
 	} else if l, err = r.lineageOfLocked(ev.Value); err != nil {
 		r.refuseLocked(RefusedInvalid, ev, err)
-		return nil, l, false
+		return nil, l, nil, false
+	} else {
+		h = keepHealth(&w.health)
 	}
 	if limit := r.opts.MaxReportFlows; limit > 0 && len(w.flows) > limit {
 		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, len(w.flows), limit)
@@ -283,9 +287,9 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage
 		}
 		r.refuseLocked(RefusedTooManyFlows, ev, err)
 		w.flows = nil // a value this large is rare: its memory is not kept
-		return nil, l, false
+		return nil, l, nil, false
 	}
-	return w.flows, l, true
+	return w.flows, l, h, true
 }
 
 // lineageOfLocked reads the lineage a stored value's v3 fields give (none

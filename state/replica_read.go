@@ -18,7 +18,8 @@ import (
 type nodeSeen struct {
 	at       time.Time // when the store took its last write
 	revision uint64    // the sequence number of its last write
-	lineage  lineage   // its processes, as its value says: the stale rule's
+	lineage  lineage           // its processes, as its value says: the stale rule's
+	health   *flowstate.Health // its flows' health, never changed once kept; nil: none
 }
 
 // deltas is what Delta handed out in the epoch.

@@ -1,0 +1,92 @@
+package consumer
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowstate-io/flowstate/codec"
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
+)
+
+// maxViewEcho bounds what an error reply echoes of an unknown view.
+const maxViewEcho = 32
+
+// view returns the view a get asks for (Flow-State-View), or a bad request
+// for one that PROTOCOL.md does not name.
+func view(req micro.Request) (string, error) {
+	switch v := req.Headers().Get(protocol.HeaderView); v {
+	case "", protocol.ViewSeed:
+		return protocol.ViewSeed, nil
+	case protocol.ViewStats:
+		return v, nil
+	default:
+		return "", &badReport{kind: "bad_request", field: protocol.HeaderView,
+			reason: fmt.Sprintf("unknown view %q: the views are %s and %s", cut(v, maxViewEcho), protocol.ViewSeed, protocol.ViewStats)}
+	}
+}
+
+// serveStats answers a get of the stats view (PROTOCOL.md v3): msgpack,
+// JSON when asked, or msgpack chunks when asked. It is taken once the read
+// barrier has passed, and encoded per request: a frontend asks for it when
+// it shows the stats, not on every update.
+func (w *Worker) serveStats(req micro.Request, asJSON, chunked bool) error {
+	s, err := w.mgr.Stats(w.ctx)
+	if err != nil {
+		return err
+	}
+	h := versionHeader(s.Version)
+	if asJSON {
+		h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+		return w.respondWhole(req, h, flowstate.AppendStatsJSON(nil, s.Flows, s.Health))
+	}
+	h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
+	if !chunked {
+		return w.respondWhole(req, h, codec.AppendStats(make([]byte, 0, codec.StatsLen(s.Flows, s.Health)), s.Flows, s.Health))
+	}
+	return w.serveStatsChunks(req, h, s)
+}
+
+// respondWhole answers req with body in one message, or 413 past the
+// connection's max payload.
+func (w *Worker) respondWhole(req micro.Request, h nats.Header, body []byte) error {
+	if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
+		return &tooLargeError{size: len(body), max: w.nc.MaxPayload()}
+	}
+	return req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+}
+
+// serveStatsChunks answers with the stats view in chunks of ascending flow
+// id ranges, each within the max payload with its headers.
+func (w *Worker) serveStatsChunks(req micro.Request, h nats.Header, s state.Stats) error {
+	budget := w.nc.MaxPayload() - int64(headerSize(h)+maxChunkHeader)
+	ends, err := codec.SplitStats(nil, s.Flows, s.Health, int(min(max(budget, 0), 1<<31-1)))
+	if err != nil {
+		return fmt.Errorf("consumer: split the stats view: %w", err)
+	}
+	n := strconv.Itoa(len(ends))
+	var from codec.StatsChunk
+	var buf []byte
+	for i, end := range ends {
+		buf = codec.AppendStats(buf[:0], s.Flows[from.Flows:end.Flows], s.Health[from.Stats:end.Stats])
+		from = end
+		ch := versionHeader(s.Version)
+		ch.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
+		ch.Set(protocol.HeaderChunk, strconv.Itoa(i+1)+"/"+n)
+		if i == 0 {
+			err = req.Respond(buf, micro.WithHeaders(micro.Headers(ch)))
+		} else {
+			err = w.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: ch, Data: buf})
+		}
+		if err != nil {
+			return fmt.Errorf("%w: chunk %d of %d: %w", micro.ErrRespond, i+1, len(ends), err)
+		}
+		w.stats.chunksSent.Add(1)
+	}
+	w.stats.chunkedGets.Add(1)
+	return nil
+}

@@ -1,0 +1,83 @@
+package state
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
+)
+
+// Stats is the flow stats of the state at one version (PROTOCOL.md v3, the
+// stats view): its aggregate, and per flow the health over every node that
+// reports it (flowstate.MergeHealth).
+type Stats struct {
+	flowstate.Version
+	// Flows is the aggregate, sorted by ID.
+	Flows []flowstate.Flow
+	// Health is each flow's health over the nodes, sorted by ID.
+	Health []flowstate.FlowStats
+}
+
+// nodeHealths appends the health each node of nodes holds; a node's health
+// is never changed once kept (a new report replaces it whole), so the
+// merge may read it once the lock is let go.
+func appendHealths[T any](dst []flowstate.NodeHealth, nodes map[uint64]T, health func(T) *flowstate.Health) []flowstate.NodeHealth {
+	for id, n := range nodes {
+		if h := health(n); h != nil {
+			dst = append(dst, flowstate.NodeHealth{NodeID: id, Health: h})
+		}
+	}
+	return dst
+}
+
+// keepHealth returns what a state keeps of a report's v3 part: a copy
+// without its seq and retired epochs, or nil when it holds no flow's
+// health.
+func keepHealth(h *flowstate.Health) *flowstate.Health {
+	if h == nil || len(h.Flows) == 0 {
+		return nil
+	}
+	c := h.Clone()
+	c.RetiredEpochs = nil
+	return c
+}
+
+// Stats returns the flow stats: the aggregate and its health, at one
+// version. It holds the lock to copy the aggregate and take the nodes'
+// health; the merge runs outside it.
+func (m *Manager) Stats(context.Context) (Stats, error) {
+	m.mu.Lock()
+	s := Stats{Version: m.versionLocked(), Flows: m.agg.AppendFlows(nil)}
+	healths := make([]flowstate.NodeHealth, 0, len(m.agg.nodes))
+	healths = appendHealths(healths, m.agg.nodes, func(n *aggNode) *flowstate.Health {
+		if n.meta == nil {
+			return nil
+		}
+		return n.meta.health
+	})
+	m.mu.Unlock()
+	s.Health = flowstate.MergeHealth(nil, healths)
+	return s, nil
+}
+
+// Stats returns the flow stats of the served state. While the served state
+// is a frozen copy (the watch catches up with it), the nodes' health is not
+// the frozen state's: it answers unavailable then.
+func (r *Replica) Stats(context.Context) (Stats, error) {
+	r.mu.Lock()
+	if err := r.checkLocked(); err != nil {
+		r.mu.Unlock()
+		return Stats{}, err
+	}
+	if r.phase == frozen {
+		r.mu.Unlock()
+		return Stats{}, fmt.Errorf("state: the watch is catching up with the served state: %w", kv.ErrUnavailable)
+	}
+	s := Stats{Version: r.versionLocked(), Flows: r.appendServedLocked(nil)}
+	healths := make([]flowstate.NodeHealth, 0, len(r.watch.nodes))
+	healths = appendHealths(healths, r.watch.nodes, func(n nodeSeen) *flowstate.Health { return n.health })
+	r.mu.Unlock()
+	s.Health = flowstate.MergeHealth(nil, healths)
+	return s, nil
+}

@@ -60,7 +60,7 @@ rust-test: build nats-server
 # The zero-allocation tests (named ...Allocat..., the only tests -race skips:
 # its instrumentation allocates) run a second time without -race. The e2e
 # packages have none, and would build their binaries for nothing.
-test: vet js-deps rules-test rust-test
+test: vet js-deps rules-test rust-test deploy-test
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run 'Allocat' $$($(GO) list ./... | grep -v /e2e)
 
@@ -80,6 +80,20 @@ image:
 		--build-arg VERSION=$(VERSION) \
 		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
 		$(IMAGEDIR)
+
+# The deployment files (deploy/): the Helm chart rendered with helm and
+# decoded into the Kubernetes API types, the systemd unit verified with
+# systemd-analyze, the image built with podman or buildah (each test skips,
+# saying why, when its tool is missing). They live in a module of their own,
+# deploy/test, so that the worker's module takes no Kubernetes dependency;
+# helm is built from it, at the version its go.mod pins, once into bin/.
+HELM := $(BIN)/helm
+
+$(HELM): deploy/test/go.mod deploy/test/go.sum
+	cd deploy/test && $(GO) build -o $(CURDIR)/$(HELM) helm.sh/helm/v4/cmd/helm
+
+deploy-test: build $(HELM)
+	cd deploy/test && FLOWSTATE_HELM=$(CURDIR)/$(HELM) $(GO) test -count=1 -timeout 10m ./...
 
 # Go benchmarks of the hot paths and of the latency recorder, then the
 # end-to-end load test against real nats-servers and workers (LOADTEST_ARGS,

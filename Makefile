@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test
 
 all: build
 
@@ -60,9 +60,40 @@ rust-test: build nats-server
 # The zero-allocation tests (named ...Allocat..., the only tests -race skips:
 # its instrumentation allocates) run a second time without -race. The e2e
 # packages have none, and would build their binaries for nothing.
-test: vet js-deps rules-test rust-test
+test: vet js-deps rules-test rust-test deploy-test
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -run 'Allocat' $$($(GO) list ./... | grep -v /e2e)
+
+# The OCI image (deploy/image/Containerfile): a static binary built here
+# (CGO_ENABLED=0) copied onto an empty base, so that no registry is needed.
+# It takes podman, or buildah; IMAGE names the result.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE    ?= flowstate:$(VERSION)
+IMAGEDIR := $(BIN)/image
+
+image:
+	@builder=$$(command -v podman || command -v buildah) || { \
+		echo "make image needs podman or buildah: install one, e.g. apt-get install podman" >&2; exit 1; }; \
+	mkdir -p $(IMAGEDIR) && \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o $(IMAGEDIR)/worker ./cmd/worker && \
+	$$builder build -f deploy/image/Containerfile -t $(IMAGE) \
+		--build-arg VERSION=$(VERSION) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		$(IMAGEDIR)
+
+# The deployment files (deploy/): the Helm chart rendered with helm and
+# decoded into the Kubernetes API types, the systemd unit verified with
+# systemd-analyze, the image built with podman or buildah (each test skips,
+# saying why, when its tool is missing). They live in a module of their own,
+# deploy/test, so that the worker's module takes no Kubernetes dependency;
+# helm is built from it, at the version its go.mod pins, once into bin/.
+HELM := $(BIN)/helm
+
+$(HELM): deploy/test/go.mod deploy/test/go.sum
+	cd deploy/test && $(GO) build -o $(CURDIR)/$(HELM) helm.sh/helm/v4/cmd/helm
+
+deploy-test: build $(HELM)
+	cd deploy/test && FLOWSTATE_HELM=$(CURDIR)/$(HELM) $(GO) test -count=1 -timeout 10m ./...
 
 # Go benchmarks of the hot paths and of the latency recorder, then the
 # end-to-end load test against real nats-servers and workers (LOADTEST_ARGS,

@@ -106,8 +106,11 @@ func (h *Health) Check() string {
 }
 
 // ErrorBytes is the bytes of error messages h holds, as --max-error-bytes
-// counts them.
+// counts them; 0 for a nil h.
 func (h *Health) ErrorBytes() int {
+	if h == nil {
+		return 0
+	}
 	n := 0
 	for i := range h.Flows {
 		for _, e := range h.Flows[i].LastErrors {

@@ -59,6 +59,8 @@ type Manager struct {
 	rev       uint64 // revision of the state in epoch; 0: nothing applied since the epoch began
 	agg       *Aggregate
 	deltaBase uint64 // revision of the last Delta taken in epoch; 0: none
+	// errorBytes is the bytes of error messages the nodes' health holds.
+	errorBytes int
 }
 
 // nodeMeta is what a Manager keeps of a node beside its report.
@@ -104,12 +106,21 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if err := m.agg.checkNode(n, flows, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
+	var oldErrors int
+	if n != nil && n.meta != nil {
+		oldErrors = n.meta.health.ErrorBytes()
+	}
+	kept := keepHealth(rep.Health)
+	if err := checkErrorBytes(m.errorBytes, oldErrors, kept, m.opts.Limits.MaxErrorBytes); err != nil {
+		return MergeResult{}, err
+	}
+	m.errorBytes += kept.ErrorBytes() - oldErrors
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows)
 	if n.meta == nil {
 		n.meta = &nodeMeta{}
 	}
-	n.meta.lineage, n.meta.health = next, keepHealth(rep.Health)
+	n.meta.lineage, n.meta.health = next, kept
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.
@@ -196,6 +207,7 @@ func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, Me
 		if !n.meta.seen.Before(cutoff) {
 			continue
 		}
+		m.errorBytes -= n.meta.health.ErrorBytes()
 		if m.agg.Remove(id) {
 			res.Changed = true
 		}

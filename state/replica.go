@@ -104,6 +104,7 @@ type watched struct {
 	refused    refusals            // what the rule refused, since Run began
 	flows      []flowstate.Flow    // scratch: the value being applied
 	health     flowstate.Health    // scratch: the v3 part of the value being applied
+	errorBytes int                 // the bytes of error messages the nodes' health holds
 }
 
 // served is the state that reads see: the watch's while following, the last
@@ -183,6 +184,7 @@ func (r *Replica) resetLocked(epoch string, start uint64) {
 	w.agg.Reset()
 	clear(w.nodes)
 	clear(w.keys)
+	w.errorBytes = 0
 	w.delivered, w.nodeWrite = 0, 0
 	r.writes.behind, r.writes.passed = 0, 0
 }
@@ -239,6 +241,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	if ok {
 		flows, l, h, ok = r.valueLocked(id, ev)
 	}
+	w.errorBytes -= w.nodes[id].health.ErrorBytes()
 	if !ok {
 		if w.agg.Remove(id) {
 			r.served.changed = true
@@ -246,6 +249,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 		delete(w.nodes, id)
 		return
 	}
+	w.errorBytes += h.ErrorBytes()
 	if w.agg.Apply(id, flows) {
 		r.served.changed = true
 	}

@@ -164,6 +164,9 @@ func (r *Replica) admitLocked(rep *Report) error {
 	if err := r.heldLocked(nodeID).stale(nodeID, rep); err != nil {
 		return err
 	}
+	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), keepHealthOf(rep), r.opts.Limits.MaxErrorBytes); err != nil {
+		return err
+	}
 	if err := r.watch.agg.Check(nodeID, flows, r.writes.limitsLocked(r.opts.Limits)); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -150,5 +151,41 @@ func TestAStaleReportIsStaleWhicheverWorkerItReachesAndAfterARestart(t *testing.
 		got, v := fget(t, c.mgr)
 		assert.Equal(t, res.Version, v, "nothing changed, the revision included")
 		assert.Equal(t, map[flowstate.FlowID]int64{1: 78}, got.LastExecTimeMap)
+	})
+}
+
+// withError is a report of node with one flow and one error of n bytes.
+func withError(node uint64, n int) state.Report {
+	return state.Report{Node: node, Flows: []flowstate.Flow{{ID: flowstate.FlowID(node), Has: flowstate.HasStateSize, StateSize: 1}},
+		Health: &flowstate.Health{HasLastErrors: true, Flows: []flowstate.FlowHealth{{ID: flowstate.FlowID(node), Has: flowstate.HasLastErrors,
+			LastErrors: []flowstate.FlowError{{Time: 1, Message: strings.Repeat("e", n)}}}}}}
+}
+
+// errorBytesLimit: with --max-error-bytes 100, 60 bytes of errors from
+// node 1 and 40 from node 2 fit; node 1 replaces its own with 10, which
+// makes room for 50 from node 3; 41 from node 2 then does not fit (507,
+// nothing changed).
+func errorBytesLimit(t *testing.T, m reportState) {
+	for _, rep := range []state.Report{withError(1, 60), withError(2, 40), withError(1, 10), withError(3, 50)} {
+		_, err := m.Merge(t.Context(), rep)
+		require.NoError(t, err)
+	}
+	before, err := m.Snapshot(t.Context(), nil)
+	require.NoError(t, err)
+	_, err = m.Merge(t.Context(), withError(2, 41))
+	var ce *state.CapacityError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, state.LimitMaxErrorBytes, ce.Limit)
+	assert.Contains(t, err.Error(), "past --max-error-bytes 100")
+	after, err := m.Snapshot(t.Context(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, before.Version, after.Version, "nothing changed")
+}
+
+func TestErrorBytesAreLimited(t *testing.T) {
+	lim := state.Limits{MaxErrorBytes: 100}
+	t.Run("manager", func(t *testing.T) { errorBytesLimit(t, state.NewManager(state.Options{Limits: lim})) })
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
+		errorBytesLimit(t, follow(t, open(), state.ReplicaOptions{Limits: lim}).mgr)
 	})
 }

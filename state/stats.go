@@ -81,3 +81,12 @@ func (r *Replica) Stats(context.Context) (Stats, error) {
 	s.Health = flowstate.MergeHealth(nil, healths)
 	return s, nil
 }
+
+// keepHealthOf is the part of rep's health that counts against
+// MaxErrorBytes, without copying it: nil when it holds no flow's health.
+func keepHealthOf(rep *Report) *flowstate.Health {
+	if rep.Health == nil || len(rep.Health.Flows) == 0 {
+		return nil
+	}
+	return rep.Health
+}

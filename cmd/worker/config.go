@@ -30,6 +30,7 @@ type Config struct {
 	MaxFlows        int
 	MaxNodes        int    // --max-nodes: most nodes the state holds
 	MaxTotalFlows   int    // --max-total-flows: most distinct flows the aggregate holds
+	MaxErrorBytes   int    // --max-error-bytes: most bytes of error messages the state holds
 	StateUpdates    string // --state-updates: both, full or delta
 	MetricsAddr     string
 	MetricsFlows    int  // --metrics-flows: per-flow gauges of the N largest flows
@@ -72,6 +73,7 @@ func defaultConfig() Config {
 		MaxFlows:         consumer.DefaultMaxFlows,
 		MaxNodes:         state.DefaultMaxNodes,
 		MaxTotalFlows:    state.DefaultMaxTotalFlows,
+		MaxErrorBytes:    state.DefaultMaxErrorBytes,
 		StateUpdates:     consumer.StateUpdatesBoth,
 		KV:               "memory",
 		KVBucket:         "flow_state",
@@ -97,6 +99,7 @@ func daemonFlags(c *Config) *flagSet {
 	f.IntVar(&c.MaxFlows, "max-flows", c.MaxFlows, "at most `n` flows in one report")
 	f.IntVar(&c.MaxNodes, "max-nodes", c.MaxNodes, "at most `n` nodes in the state; a report past it is rejected (507)")
 	f.IntVar(&c.MaxTotalFlows, "max-total-flows", c.MaxTotalFlows, "at most `n` distinct flows in the aggregate; a report past it is rejected (507)")
+	f.IntVar(&c.MaxErrorBytes, "max-error-bytes", c.MaxErrorBytes, "at most `n` bytes of error messages (v3 last_errors) in the state over all nodes; a report past it is rejected (507)")
 	str(&c.StateUpdates, "state-updates", "state updates to publish, `mode` both, full or delta")
 	str(&c.MetricsAddr, "metrics-addr", "HTTP `address` for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
 	f.IntVar(&c.MetricsFlows, "metrics-flows", 0, "per-flow gauges for the `N` flows with the largest state (0: none)")
@@ -148,7 +151,7 @@ func (c *Config) Validate() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"--max-flows", c.MaxFlows}, {"--max-nodes", c.MaxNodes}, {"--max-total-flows", c.MaxTotalFlows}, {"--kv-window", c.KVWindow}} {
+	}{{"--max-flows", c.MaxFlows}, {"--max-nodes", c.MaxNodes}, {"--max-total-flows", c.MaxTotalFlows}, {"--max-error-bytes", c.MaxErrorBytes}, {"--kv-window", c.KVWindow}} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s %d must be positive", n.flag, n.v)
 		}
@@ -239,7 +242,7 @@ func loopback(host string) bool {
 
 // limits are the state's capacity limits.
 func (c *Config) limits() state.Limits {
-	return state.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows}
+	return state.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows, MaxErrorBytes: c.MaxErrorBytes}
 }
 
 // jetStreamConfig is the part of c that configures the JetStream store.

@@ -20,6 +20,11 @@ type Report struct {
 	// Value is the node's flows: state size, last and first execution time
 	// (unix ms) per flow. Nil maps are empty.
 	Value flowstate.FlowStateValue
+	// Health is the report's protocol v3 part: per flow the rows processed
+	// and the last errors, and the report's seq within its process (with
+	// NodeEpoch, a report not newer than one the state holds is refused as
+	// stale: ErrStale). Its zero value leaves it out.
+	Health flowstate.Health
 }
 
 // AppendMsgpack appends r's msgpack form, as PROTOCOL.md defines the
@@ -30,6 +35,7 @@ func (r Report) AppendMsgpack(dst []byte) []byte {
 		NodeEpoch:    r.NodeEpoch,
 		HasNodeEpoch: r.NodeEpoch != 0,
 		Flows:        r.Value.Flows(),
+		Health:       r.Health,
 	})
 }
 

@@ -393,3 +393,29 @@ func TestParseFlowSpec(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// TestSendTakesTheV3FieldsAndAStaleOneExits1: --rows, --error and --seq go
+// into the report; the stats view holds them; the same --seq again is
+// refused as stale with the worker's reason.
+func TestSendTakesTheV3FieldsAndAStaleOneExits1(t *testing.T) {
+	srv := startTestServer(t)
+	startTestWorker(t, srv, consumer.Config{})
+	args := []string{"send", "--nats-url", srv.ClientURL(), "--node", "7", "--node-epoch", "1700000000000", "--seq", "42",
+		"--flow", "1:1024:1700000000000", "--rows", "1:52000", "--error", "1:1700000000000:sink table missing"}
+	code, _, stderr := runCLI(t, noEnv, args...)
+	require.Equal(t, 0, code, stderr)
+
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	msg, err := nc.RequestMsg(&nats.Msg{Subject: "flow.state.get", Header: nats.Header{
+		protocol.HeaderView: {protocol.ViewStats}, protocol.HeaderAccept: {protocol.ContentTypeJSON}}}, 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, `{"state_size":{"1":1024},"last_exec_time_map":{"1":1700000000000},"start_time_map":{},"processed_rows":{"1":52000},"last_errors":{"1":[{"time":1700000000000,"node_id":7,"message":"sink table missing"}]}}`,
+		string(msg.Data))
+
+	code, stdout, stderr := runCLI(t, noEnv, args...)
+	assert.Equal(t, 1, code)
+	assert.Empty(t, stdout)
+	assert.Regexp(t, `^worker send: .*409.*stale report of node 7: node_epoch 1700000000000 seq 42, the state holds node_epoch 1700000000000 seq 42\n$`, stderr)
+}

@@ -98,3 +98,21 @@ func mediaType(h nats.Header) string {
 	}
 	return mt
 }
+
+// GetStatsJSON returns the worker's flow stats (protocol v3, the stats
+// view: the aggregate, and per flow the processed rows and the newest
+// errors over the nodes) as the JSON bytes PROTOCOL.md gives, with their
+// version, in one message: a view past the connection's max payload
+// returns a *ServiceError 413. Its other errors are Get's.
+func (c *Client) GetStatsJSON(ctx context.Context) ([]byte, flowstate.Version, error) {
+	reply, err := c.request(ctx, &nats.Msg{Subject: c.getSubject, Header: nats.Header{
+		protocol.HeaderView: {protocol.ViewStats}, protocol.HeaderAccept: {protocol.ContentTypeJSON}}})
+	if err != nil {
+		return nil, flowstate.Version{}, err
+	}
+	v, err := parseVersion(reply.Header)
+	if err != nil {
+		return nil, flowstate.Version{}, err
+	}
+	return reply.Data, v, nil
+}

@@ -16,10 +16,18 @@ worker get prints the flow state that a running worker serves: one line per
 flow (its id, state size, last execution and start times in UTC, and the
 uptime between them), then the state's epoch and revision. With --json it
 prints exactly the serde_json bytes GreptimeDB stores for FlowStateValue, and
-a newline, for a state of any size (rendered from a chunked snapshot).`, `
+a newline, for a state of any size (rendered from a chunked snapshot).
+
+With --stats it prints the flow stats (protocol v3): per flow its id, state
+size, last execution, start, uptime, the rows processed (the most any node
+reports), its error count and its newest error (cut to the line, control
+characters escaped); with --stats --json, the stats view's JSON bytes, as
+the worker sends them (one message: a view past the max payload fails).`, `
 worker get
-worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size`)
+worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size
+worker get --stats`)
 	asJSON := c.fs.Bool("json", false, "print the aggregate's JSON bytes from the worker instead of a table")
+	stats := c.fs.Bool("stats", false, "print the flow stats (rows processed, last errors) instead of the aggregate")
 	if code, ok := c.parse(args, getenv, stdout, stderr); !ok {
 		return code
 	}
@@ -29,6 +37,21 @@ worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size`)
 	}
 	defer nc.Close()
 	ctx := context.Background()
+	if *stats {
+		body, v, err := cl.GetStatsJSON(ctx)
+		if err == nil && *asJSON {
+			_, err = stdout.Write(append(body, '\n'))
+		} else if err == nil {
+			out := bufio.NewWriterSize(stdout, 1<<16)
+			if err = printStats(out, body, v); err == nil {
+				err = out.Flush()
+			}
+		}
+		if err != nil {
+			return c.errorf(stderr, "%v", err)
+		}
+		return 0
+	}
 	if *asJSON {
 		body, _, err := cl.GetJSON(ctx)
 		if err != nil {

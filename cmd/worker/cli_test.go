@@ -419,3 +419,26 @@ func TestSendTakesTheV3FieldsAndAStaleOneExits1(t *testing.T) {
 	assert.Empty(t, stdout)
 	assert.Regexp(t, `^worker send: .*409.*stale report of node 7: node_epoch 1700000000000 seq 42, the state holds node_epoch 1700000000000 seq 42\n$`, stderr)
 }
+
+// TestGetStatsPrintsTheFlowStats: worker get --stats prints a line per flow
+// with its rows, error count and newest error (control characters escaped),
+// and --stats --json the view's bytes.
+func TestGetStatsPrintsTheFlowStats(t *testing.T) {
+	srv := startTestServer(t)
+	startTestWorker(t, srv, consumer.Config{})
+	code, _, stderr := runCLI(t, noEnv, "send", "--nats-url", srv.ClientURL(), "--node", "7",
+		"--flow", "1:1024:1700000060000:1700000000000", "--rows", "1:52000", "--error", "1:1700000000000:sink\x1b[31m table missing")
+	require.Equal(t, 0, code, stderr)
+
+	code, stdout, stderr := runCLI(t, noEnv, "get", "--nats-url", srv.ClientURL(), "--stats")
+	require.Equal(t, 0, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 3, stdout)
+	assert.Regexp(t, `^1 +1\.0 KiB .* 1m0s +52000 +1  .*node 7: sink\\x1b\[31m table missing$`, lines[1])
+	assert.NotContains(t, stdout, "\x1b", "no control character reaches the terminal")
+	assert.Regexp(t, `^epoch \S+, revision 1, 1 flows$`, lines[2])
+
+	code, stdout, stderr = runCLI(t, noEnv, "get", "--nats-url", srv.ClientURL(), "--stats", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, `{"state_size":{"1":1024},"last_exec_time_map":{"1":1700000060000},"start_time_map":{"1":1700000000000},"processed_rows":{"1":52000},"last_errors":{"1":[{"time":1700000000000,"node_id":7,"message":"sink\u001b[31m table missing"}]}}`+"\n", stdout)
+}

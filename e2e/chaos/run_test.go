@@ -147,7 +147,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(res.events))...)
 	res.nemesisID = nem.id
 	res.recoveries = recoveries(res.events, fresh, updates.snapshot(), nem.id, h.now())
-	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
+	res.verdict = check(fresh, s.opens(), nil, lag, cfg.checkFor)
 	res.ops = res.verdict.ops
 	for _, o := range ops {
 		if o.in.kind == opReport {

@@ -90,3 +90,14 @@ func TestModelKeptEpochAfterAForgetFault(t *testing.T) {
 		assert.Equal(t, c.want, v.result, c.name)
 	}
 }
+
+// Two gets at one epoch and revision that show two states are a problem,
+// in a kept epoch too.
+func TestModelTwoStatesAtOneRevision(t *testing.T) {
+	get := func(epoch string, agg report, at int64) op {
+		return op{in: input{kind: opGet}, out: output{status: stOK, epoch: epoch, rev: 5, agg: agg}, call: at, ret: at + 10}
+	}
+	kept := "f" + keptSuffix
+	assert.Len(t, twoStates([]op{get(kept, report{{1, 1, 1}}, 10), get(kept, report{{2, 2, 2}}, 30)}), 1)
+	assert.Empty(t, twoStates([]op{get(kept, report{{1, 1, 1}}, 10), get("e", report{{2, 2, 2}}, 30)}))
+}

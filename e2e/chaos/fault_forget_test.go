@@ -11,7 +11,7 @@ import (
 // forgetState is what the forget faults of a run keep: the last snapshot
 // of every server's store, and when it was taken.
 type forgetState struct {
-	dir   string // snapshot folder: one sub-folder per server
+	dir   string // snapshot folder (the run's): one sub-folder per server
 	taken int64  // by the history's clock; 0: none yet
 }
 
@@ -80,11 +80,7 @@ func (n *nemesis) forgetFault() *fault {
 // long the servers were down.
 func (n *nemesis) snapshot() (time.Duration, error) {
 	if n.forget.dir == "" {
-		d, err := os.MkdirTemp("", "flowstate-chaos-snapshot-")
-		if err != nil {
-			return 0, err
-		}
-		n.forget.dir = d
+		return 0, fmt.Errorf("chaos: a forget fault without a snapshot folder")
 	}
 	start := time.Now()
 	for _, srv := range n.s.servers {

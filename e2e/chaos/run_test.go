@@ -119,6 +119,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	if cfg.jetstream {
 		nem.js, err = jetstream.New(nc)
 		require.NoError(t, err)
+		nem.forget.dir = t.TempDir()
 	}
 	nctx, stopNemesis := context.WithTimeout(context.Background(), cfg.duration)
 	defer stopNemesis()

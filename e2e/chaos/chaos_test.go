@@ -246,7 +246,7 @@ func TestChaosReplayCheck(t *testing.T) {
 	if s := os.Getenv("CHAOS_REPLAY_LAG"); s != "" {
 		replayLag, _ = time.ParseDuration(s)
 	}
-	v := check(fresh, nil, replayLag, replayTimeout())
+	v := check(fresh, nil, nil, replayLag, replayTimeout())
 	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))
 }
 

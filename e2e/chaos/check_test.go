@@ -21,10 +21,11 @@ type verdict struct {
 	info       porcupine.LinearizationInfo
 }
 
-// check checks the history, within timeout.
-func check(ops []op, opens map[string]int64, lag, timeout time.Duration) verdict {
+// check checks the history, within timeout; forgets are when faults began
+// that may have made the store forget acknowledged writes (forgotAt).
+func check(ops []op, opens map[string]int64, forgets []int64, lag, timeout time.Duration) verdict {
 	h, table := operations(ops, int64(lag))
-	m := newModel(h, table, opens, int64(lag))
+	m := newModel(h, table, opens, forgets, int64(lag))
 	start := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(m, h, timeout)
 	v := verdict{result: res, ops: len(h), took: time.Since(start), model: m, info: info}

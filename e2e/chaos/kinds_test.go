@@ -13,12 +13,13 @@ const (
 	kindDisk      = "disk"      // a server's store filled, then freed (JetStream, needs mount)
 	kindCorrupt   = "corrupt"   // hostile values and deletes written into node keys (JetStream)
 	kindClock     = "clock"     // a worker's clock jumped, sped up or slowed down (a worker built with chaosclock)
+	kindForget    = "forget"    // server stores rolled back to a snapshot: all (a power loss) or one replica (JetStream)
 	kindCombo     = "combo"     // sometimes two of the above at once
 	kindNone      = "none"      // alone: no fault at all, the clients only
 )
 
 // allKinds are the kinds in the order they are listed.
-var allKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindClock, kindCombo}
+var allKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindClock, kindForget, kindCombo}
 
 // readyKinds are those a run injects when CHAOS_FAULTS is unset: all.
 var readyKinds = allKinds

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/anishathalye/porcupine"
@@ -69,7 +70,18 @@ type pendingOp struct {
 	// operation at bound or above has completed, after which no get may.
 	bound uint64
 	until int64
+	// kept: a report sent before a fault that rolled every store back,
+	// candidate in the kept epoch that follows it. A kept epoch starts
+	// from what the store held, an older state: each node's report in it
+	// is one its clients sent before the fault, or none, until a report
+	// of the node is acked in the epoch.
+	kept bool
 }
+
+// keptSuffix ends the name of an epoch that a worker began because the
+// store forgot acknowledged writes: it starts from what the store held
+// (kv/jetstream).
+const keptSuffix = "-kept"
 
 // model is the worker's specification. A get returns the aggregate at one
 // instant with its revision; an acked report takes effect at one instant
@@ -155,8 +167,11 @@ func reaches(cands map[string][]pendingOp) map[string][]int64 {
 // candidates returns, per epoch of the history h, the reports of table
 // that may take effect in it: those invoked up to its last operation whose
 // deadline is not before its first one (for a memory worker's epoch, those
-// invoked from its start), and not acked in it.
-func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int64) map[string][]pendingOp {
+// invoked from its start), and not acked in it. In a kept epoch (its name
+// ends with keptSuffix) whose first operation follows a fault that rolled
+// every store back (forgets: when each began), every report sent before
+// the last such fault is one too, kept.
+func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int64, forgets []int64) map[string][]pendingOp {
 	type span struct{ first, last int64 }
 	spans := map[string]*span{}
 	for _, o := range h {
@@ -170,10 +185,23 @@ func candidates(h []porcupine.Operation, table []pendingOp, opens map[string]int
 	out := map[string][]pendingOp{}
 	for e, sp := range spans {
 		open, opened := opens[e]
+		forgot := int64(math.MinInt64) // reports sent before it are kept candidates
+		if strings.HasSuffix(e, keptSuffix) {
+			for _, f := range forgets {
+				if f <= sp.first {
+					forgot = max(forgot, f)
+				}
+			}
+		}
 		var c []pendingOp
 		for _, p := range table {
 			if p.call > sp.last {
 				break
+			}
+			if p.epoch != e && p.call < forgot {
+				p.kept = true
+				c = append(c, p)
+				continue
 			}
 			if p.epoch == e || (opened && p.call < open) || (!opened && p.deadline < sp.first) {
 				continue
@@ -241,6 +269,10 @@ func extend(c []pendingOp, h []porcupine.Operation, e string) []pendingOp {
 	}
 	for j := range c {
 		p := &c[j]
+		if p.kept { // any time, until its node's report is acked in the epoch (get)
+			p.bound, p.until = math.MaxUint64, math.MaxInt64
+			continue
+		}
 		i, _ := slices.BinarySearchFunc(ops, p.deadline+1, func(s seen, t int64) int { return cmp.Compare(s.call, t) })
 		p.bound, p.until = least[i], math.MaxInt64
 		if p.bound == math.MaxUint64 {
@@ -313,7 +345,10 @@ func (m *model) get(s state, i input, o output) []any {
 		p := &flight[j]
 		// Past its deadline, a report shows only on a state below its
 		// bound; a ballast node's is not the model's.
-		if !live(p, i) || p.node >= nNodes || i.call > p.deadline && (s.seen >= p.bound || s.nodeRev[p.node] >= p.bound) {
+		// A kept one stands for the node's report until one of its
+		// reports is acked in the epoch.
+		if !live(p, i) || p.node >= nNodes || i.call > p.deadline && (s.seen >= p.bound || s.nodeRev[p.node] >= p.bound) ||
+			p.kept && s.nodeRev[p.node] > 0 {
 			continue
 		}
 		add(p.node, j, &p.report)
@@ -376,8 +411,8 @@ func hashState(s any) uint64 {
 }
 
 // newModel is the model with its partition by epoch.
-func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64, lag int64) porcupine.Model {
-	m := &model{table: table, cands: candidates(h, table, opens), lag: lag, acks: map[string][]uint64{}}
+func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64, forgets []int64, lag int64) porcupine.Model {
+	m := &model{table: table, cands: candidates(h, table, opens, forgets), lag: lag, acks: map[string][]uint64{}}
 	m.reach = reaches(m.cands)
 	for _, p := range table {
 		if p.epoch != "" {
@@ -404,7 +439,8 @@ func newModel(h []porcupine.Operation, table []pendingOp, opens map[string]int64
 }
 
 // partition splits the history by the epoch each operation observed; the
-// model starts empty in each one. (Reports of unknown outcome are in the
+// model starts empty in each one (a kept epoch's older state comes from
+// its kept candidates). (Reports of unknown outcome are in the
 // model's table, which knows which epochs they may take effect in.)
 func partition(h []porcupine.Operation) [][]porcupine.Operation {
 	type span struct {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -42,7 +43,61 @@ func TestModelOnSmallHistories(t *testing.T) {
 		{"ack revision goes back", []op{ack, seen, {in: input{kind: opReport, node: 1}, out: output{status: stOK, epoch: "e", rev: 2}, call: 50, ret: 60}}, porcupine.Illegal},
 		{"another epoch starts empty", []op{ack, {in: input{kind: opGet}, out: output{status: stOK, epoch: "f", rev: 0}, call: 30, ret: 40}}, porcupine.Ok},
 	} {
-		v := check(c.ops, nil, lag, 10*time.Second)
+		v := check(c.ops, nil, nil, lag, 10*time.Second)
 		assert.Equal(t, c.want, v.result, c.name)
 	}
+}
+
+// A kept epoch after every store was rolled back starts from an older
+// state: an acked report may vanish across it, and each node's report in
+// it is one its clients sent before the fault, or none. Without such a
+// fault, or within one epoch, the same vanishing is a violation; so are a
+// report never sent, and a revision going back, in a kept epoch.
+func TestModelKeptEpochAfterAForgetFault(t *testing.T) {
+	past := 10 * int64(lag) // well past any deadline
+	r1, r2, r3 := report{{1, 1, 1}}, report{{2, 2, 2}}, report{{3, 3, 3}}
+	s := report{{0, 0, 0}, {4, 4, 4}}
+	ackAt := func(node int, r report, epoch string, rev uint64, at int64) op {
+		return op{in: input{kind: opReport, node: node, report: r}, out: output{status: stOK, epoch: epoch, rev: rev}, call: at, ret: at + 10}
+	}
+	getAt := func(epoch string, rev uint64, agg report, at int64) op {
+		return op{in: input{kind: opGet}, out: output{status: stOK, epoch: epoch, rev: rev, agg: agg}, call: at, ret: at + 10}
+	}
+	snapshotted := []op{ackAt(0, r1, "e", 1, 10), ackAt(0, r2, "e", 2, 100), ackAt(0, r3, "e", 3, 200), getAt("e", 3, r3, 300)}
+	forgot := past // the rollback began
+	kept := "f" + keptSuffix
+	both := report{{2, 2, 2}, {4, 4, 4}}
+	for _, c := range []struct {
+		name    string
+		ops     []op
+		forgets []int64
+		want    porcupine.CheckResult
+	}{
+		{"an older report after a forget fault", append(slices.Clone(snapshotted), getAt(kept, 5, r2, 2*past)), []int64{forgot}, porcupine.Ok},
+		{"no report after a forget fault", append(slices.Clone(snapshotted), getAt(kept, 5, report{}, 2*past)), []int64{forgot}, porcupine.Ok},
+		{"an older report, then an ack in the kept epoch", append(slices.Clone(snapshotted), getAt(kept, 5, r2, 2*past),
+			ackAt(1, s, kept, 6, 2*past+100), getAt(kept, 6, both, 2*past+200)), []int64{forgot}, porcupine.Ok},
+		{"the older report again after its node's ack in the kept epoch", append(slices.Clone(snapshotted), getAt(kept, 5, r2, 2*past),
+			ackAt(0, s, kept, 6, 2*past+100), getAt(kept, 7, both, 2*past+200)), []int64{forgot}, porcupine.Illegal},
+		{"an older report without a forget fault", append(slices.Clone(snapshotted), getAt(kept, 5, r2, 2*past)), nil, porcupine.Illegal},
+		{"an older report in a kept epoch before the forget fault", append(slices.Clone(snapshotted), getAt(kept, 5, r2, 2*past)), []int64{3 * past}, porcupine.Illegal},
+		{"an older report in an epoch not kept", append(slices.Clone(snapshotted), getAt("f", 5, r2, 2*past)), []int64{forgot}, porcupine.Illegal},
+		{"an older report within one epoch", append(slices.Clone(snapshotted), getAt("e", 5, r2, 2*past)), []int64{forgot}, porcupine.Illegal},
+		{"a report never sent after a forget fault", append(slices.Clone(snapshotted), getAt(kept, 5, report{{9, 9, 9}}, 2*past)), []int64{forgot}, porcupine.Illegal},
+		{"a revision going back in a kept epoch", append(slices.Clone(snapshotted), getAt(kept, 5, r2, 2*past), getAt(kept, 4, r2, 2*past+100)), []int64{forgot}, porcupine.Illegal},
+	} {
+		v := check(c.ops, nil, c.forgets, lag, 10*time.Second)
+		assert.Equal(t, c.want, v.result, c.name)
+	}
+}
+
+// Two gets at one epoch and revision that show two states are a problem,
+// in a kept epoch too.
+func TestModelTwoStatesAtOneRevision(t *testing.T) {
+	get := func(epoch string, agg report, at int64) op {
+		return op{in: input{kind: opGet}, out: output{status: stOK, epoch: epoch, rev: 5, agg: agg}, call: at, ret: at + 10}
+	}
+	kept := "f" + keptSuffix
+	assert.Len(t, twoStates([]op{get(kept, report{{1, 1, 1}}, 10), get(kept, report{{2, 2, 2}}, 30)}), 1)
+	assert.Empty(t, twoStates([]op{get(kept, report{{1, 1, 1}}, 10), get("e", report{{2, 2, 2}}, 30)}))
 }

@@ -22,6 +22,7 @@ type event struct {
 	start, heal, end int64
 	kind             string // the fault kind (kinds.go), "+" joined for two at once
 	action           string
+	lost             bool // the store may have forgotten acknowledged writes (forget_test.go)
 }
 
 // fault is one fault of a kind: inject breaks something, heal undoes it
@@ -32,6 +33,7 @@ type fault struct {
 	inject     func() error
 	hold       time.Duration
 	heal       func() error
+	lost       bool // the heal rolls every store back: acknowledged writes may be forgotten
 }
 
 // nemesis injects faults of its kinds at random moments (its RNG is
@@ -50,6 +52,7 @@ type nemesis struct {
 	id    int                 // the client id of its own writes in the history
 
 	clocks []clock.Control // each worker's clock setting (clock faults)
+	forget forgetState     // the snapshot the forget faults roll back to
 
 	mu  sync.Mutex // guards log
 	log []event
@@ -90,8 +93,9 @@ func (n *nemesis) act() error {
 
 // weights are how often each kind is drawn, relative to the others: a disk
 // fault holds the nemesis for half a minute (a full disk leaves its server
-// behind until it is restarted), so it comes less often.
-var weights = map[string]int{kindProcess: 3, kindPartition: 3, kindDisk: 1, kindCorrupt: 2, kindClock: 2}
+// behind until it is restarted), and a forget fault stops every server
+// once or twice, so they come less often.
+var weights = map[string]int{kindProcess: 3, kindPartition: 3, kindDisk: 1, kindCorrupt: 2, kindClock: 2, kindForget: 1}
 
 // coverEach is how many faults of each kind a run draws before the
 // weights decide: a short run of a few kinds injects each of them.
@@ -142,6 +146,8 @@ func (n *nemesis) draw(kind string) (*fault, error) {
 		return n.corruptFault(), nil
 	case kindClock:
 		return n.clockFault(), nil
+	case kindForget:
+		return n.forgetFault(), nil
 	}
 	return nil, fmt.Errorf("chaos: no fault kind %q", kind)
 }
@@ -156,7 +162,7 @@ func (n *nemesis) perform(f *fault) error {
 		heal = n.h.now()
 		err = f.heal()
 	}
-	n.record(event{start: start, heal: heal, end: n.h.now(), kind: f.kind, action: f.what})
+	n.record(event{start: start, heal: heal, end: n.h.now(), kind: f.kind, action: f.what, lost: f.lost})
 	return err
 }
 

@@ -64,9 +64,9 @@ func TestPairHealsTheSecondAgainWhenItsHealFailedDuringTheFirst(t *testing.T) {
 
 // A run draws each of its kinds coverEach times before the weights
 // decide, so that a short run of a few kinds injects each of them, the
-// rare disk faults too.
+// rare disk and forget faults too.
 func TestNemesisDrawsEachKindTwiceFirst(t *testing.T) {
-	kinds := []string{kindPartition, kindClock, kindDisk, kindCorrupt}
+	kinds := []string{kindPartition, kindClock, kindDisk, kindCorrupt, kindForget}
 	for seed := range uint64(20) {
 		n := &nemesis{kinds: kinds, rng: rand.New(rand.NewPCG(seed, 0))}
 		got := map[string]int{}

@@ -119,6 +119,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	if cfg.jetstream {
 		nem.js, err = jetstream.New(nc)
 		require.NoError(t, err)
+		nem.forget.dir = t.TempDir()
 	}
 	nctx, stopNemesis := context.WithTimeout(context.Background(), cfg.duration)
 	defer stopNemesis()
@@ -147,7 +148,8 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	res.problems = append(res.problems, staleProblems(fresh, stale, s.staleWindows(res.events))...)
 	res.nemesisID = nem.id
 	res.recoveries = recoveries(res.events, fresh, updates.snapshot(), nem.id, h.now())
-	res.verdict = check(fresh, s.opens(), lag, cfg.checkFor)
+	res.problems = append(res.problems, twoStates(fresh)...)
+	res.verdict = check(fresh, s.opens(), forgotAt(res.events), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
 	for _, o := range ops {
 		if o.in.kind == opReport {
@@ -244,15 +246,51 @@ func (s *system) opens() map[string]int64 {
 	return out
 }
 
+// forgotAt returns when the faults that may have made the store forget
+// acknowledged writes (every store rolled back) began to roll back.
+func forgotAt(evs []event) []int64 {
+	var out []int64
+	for _, e := range evs {
+		if e.lost {
+			out = append(out, e.heal)
+		}
+	}
+	return out
+}
+
+// twoStates returns the gets that show another state than a get before
+// them at the same epoch and revision.
+func twoStates(fresh []op) []string {
+	type version struct {
+		epoch string
+		rev   uint64
+	}
+	states := map[version]op{}
+	var problems []string
+	for _, o := range fresh {
+		if o.in.kind != opGet || o.out.status != stOK {
+			continue
+		}
+		v := version{o.out.epoch, o.out.rev}
+		if p, ok := states[v]; !ok {
+			states[v] = o
+		} else if p.out.agg != o.out.agg && len(problems) < 5 {
+			problems = append(problems, fmt.Sprintf("two states at epoch %s revision %d: %s and %s",
+				v.epoch, v.rev, describeReport(p.out.agg), describeReport(o.out.agg)))
+		}
+	}
+	return problems
+}
+
 // staleWindows returns when a JetStream worker may serve a stale get: from
-// a nats-server's kill, or a worker's SIGSTOP, until staleGrace after it is
-// undone. (A paused worker's read barrier times out in the pause, and it
+// a nats-server's kill (or every server's stop by a forget fault), or a
+// worker's SIGSTOP, until staleGrace after it is undone. (A paused worker's read barrier times out in the pause, and it
 // answers the gets queued meanwhile from its old state.) A memory worker
 // never may.
 func (s *system) staleWindows(evs []event) [][2]int64 {
 	var out [][2]int64
 	for _, e := range evs {
-		if s.jetstream && (strings.Contains(e.action, "SIGKILL nats-server") || strings.Contains(e.action, "SIGSTOP")) {
+		if s.jetstream && (strings.Contains(e.action, "SIGKILL nats-server") || strings.Contains(e.action, "SIGSTOP") || strings.Contains(e.kind, kindForget)) {
 			out = append(out, [2]int64{e.start, e.end + int64(staleGrace)})
 		}
 	}
@@ -312,11 +350,24 @@ func (s *system) finalGets(t *testing.T, h *history, id int) op {
 
 // getCounts returns how many gets each worker instance has answered.
 func getCounts(t *testing.T, nc *nats.Conn) map[string]int {
+	t.Helper()
+	out := statCounts(nc)
+	require.NotNil(t, out, "ask the workers' stats")
+	return out
+}
+
+// statCounts returns how many gets each worker instance that answered the
+// service's stats within a while has answered; nil if it could not ask.
+func statCounts(nc *nats.Conn) map[string]int {
 	inbox := nats.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
-	require.NoError(t, err)
+	if err != nil {
+		return nil
+	}
 	defer sub.Unsubscribe()
-	require.NoError(t, nc.PublishRequest("$SRV.STATS."+protocol.ServiceName, inbox, nil))
+	if nc.PublishRequest("$SRV.STATS."+protocol.ServiceName, inbox, nil) != nil {
+		return nil
+	}
 	out := map[string]int{}
 	for {
 		msg, err := sub.NextMsg(300 * time.Millisecond)

@@ -37,8 +37,9 @@ type system struct {
 	links     [][]*netfault.Proxy // links[w][i]: worker w's link to server i
 	urls      string              // every server's client URL, comma-separated
 	clock     func() int64
-	disk      *tmpfs // the server store the disk fault fills, if any
-	clockDir  string // the workers' clock control files (clock faults)
+	disk      *tmpfs   // the server store the disk fault fills, if any
+	dirs      []string // each server's store folder (JetStream)
+	clockDir  string   // the workers' clock control files (clock faults)
 }
 
 // systemConfig says what to run besides the defaults.
@@ -83,7 +84,7 @@ func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *s
 			t.Log(err)
 		}
 	})
-	s.cluster, s.servers, s.urls = cl, cl.Servers, strings.Join(cl.URLs(), ",")
+	s.cluster, s.servers, s.urls, s.dirs = cl, cl.Servers, strings.Join(cl.URLs(), ","), dirs
 	require.NoError(t, cl.AwaitJetStream(startTimeout), errNoQuorum)
 	n := cfg.workers
 	if n == 0 {

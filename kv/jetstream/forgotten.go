@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,6 +106,44 @@ func (s *Store) startOverForgotten(ctx context.Context, epoch string) error {
 		if err := s.startKeptEpoch(ctx, epoch, ep.seq, why); err != nil {
 			return err
 		}
+	}
+	return errStartOver
+}
+
+// maxLeftEpochs bounds the epochs a watch remembers having left.
+const maxLeftEpochs = 16
+
+// startOverReturned notes the epoch of a new pass, ep, and returns
+// errStartOver, once a new kept epoch is started, if ep is an epoch the
+// watch left before: epochs only ever move on, so an epoch key that names
+// one again is a store that forgot the writes since (a store rolled back
+// to a copy taken before the last epoch change). The epoch key is read
+// again from the stream's leader first: a server that is behind may still
+// answer the old key for a moment.
+func (s *Store) startOverReturned(ctx context.Context, ep epochAt) error {
+	if !slices.Contains(s.left, ep.name) {
+		if s.passEpoch != "" && s.passEpoch != ep.name {
+			s.left = append(s.left, s.passEpoch)
+			if n := len(s.left) - maxLeftEpochs; n > 0 {
+				s.left = s.left[n:]
+			}
+		}
+		s.passEpoch = ep.name
+		return nil
+	}
+	lctx, cancel := s.opContext(ctx)
+	m, err := s.legacy.GetLastMsg(s.stream, s.subject(s.cfg.EpochKey), nats.Context(lctx))
+	cancel()
+	if err != nil || string(m.Data) != ep.name {
+		// Behind, or gone meanwhile: read it again after a while.
+		if err := clock.Sleep(ctx, s.cfg.Clock, s.cfg.CheckInterval); err != nil {
+			return err
+		}
+		return errStartOver
+	}
+	why := fmt.Sprintf("the epoch key names epoch %s again, which this worker had left: the store forgot what followed it", ep.name)
+	if err := s.startKeptEpoch(ctx, ep.name, m.Sequence, why); err != nil {
+		return err
 	}
 	return errStartOver
 }

@@ -141,6 +141,36 @@ func TestAStoreThatForgotStartsANewEpochFromWhatItHolds(t *testing.T) {
 	assert.Equal(t, map[string]string{"k1": "old", "k2": "old", "k3": "old"}, kvtest.State(events, "k"),
 		"the state is what the store holds: k4 to k6 are forgotten")
 	assert.Equal(t, uint64(1), st.Forgets())
+	before = len(rec.Events())
+
+	// Rolled back to the same copy again, the store names the first
+	// epoch once more, which the watch had left: not the same history, so
+	// another kept epoch, never the first one back.
+	srv.stop()
+	srv.restore(t, backup)
+	again := len(rec.Events())
+	srv.start(t)
+	events = rec.Await(t, "another kept epoch", func(ev []kv.Event) bool {
+		for _, e := range ev[again:] {
+			if e.Op == kv.OpReset && e.Revision.Epoch != reset.Revision.Epoch && e.Revision.Epoch != epoch {
+				return true
+			}
+		}
+		return false
+	})
+	for _, e := range events[again:] {
+		if e.Op == kv.OpReset {
+			assert.NotEqual(t, epoch, e.Revision.Epoch, "the first epoch does not come back")
+		}
+	}
+	var second kv.Event
+	for _, e := range events[again:] {
+		if e.Op == kv.OpReset && e.Revision.Epoch != reset.Revision.Epoch && e.Revision.Epoch != epoch {
+			second = e
+		}
+	}
+	assert.True(t, strings.HasSuffix(second.Revision.Epoch, "-kept"), second.Revision.Epoch)
+	reset = second
 
 	// Another process on the restored server ends in the same epoch.
 	other := openStore(t, connectTo(t, srv.srv), jetstream.Config{Bucket: st.Bucket(), Storage: "file"})

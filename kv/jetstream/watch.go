@@ -66,6 +66,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		return err
 	}
 	epoch := ep.name
+	if err := s.startOverReturned(ctx, ep); err != nil {
+		return err
+	}
 	if err := s.startOverForgotten(ctx, epoch); err != nil {
 		return err
 	}

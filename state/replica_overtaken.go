@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/flowstate-io/flowstate/kv"
@@ -17,16 +18,22 @@ import (
 // past it, it is answered ErrConflict.
 
 // overtakeLocked moves e, whose put the store answered with err, to
-// overtaken if err is a refusal of its condition that names the key's last
-// write, and ApplyTimeout has not passed since its first refusal: true if
-// it did.
+// overtaken if err is a refusal of its condition, and ApplyTimeout has not
+// passed since its first refusal: true if it did. It waits for the key's
+// last write that the refusal names, or, when it names none (a replicated
+// stream's), for any write of the key past e's condition.
 func (r *Replica) overtakeLocked(e *write, err error) bool {
 	if err == nil || r.phase == stopped || e.epoch != r.watch.epoch || e.retried && r.clock > e.deadline {
 		return false
 	}
+	if !errors.Is(err, kv.ErrRevisionMismatch) {
+		return false
+	}
 	last, ok := kv.LastWriteOf(err)
 	if !ok {
-		return false
+		// A replicated stream's refusal does not name the key's last
+		// write: any write of the key past the one it was conditioned on.
+		last = e.cond + 1
 	}
 	if !e.retried {
 		e.retried, e.deadline = true, r.clock+applyTicks // one deadline for every retry
@@ -48,8 +55,9 @@ func (r *Replica) resumeLocked(e *write) (resend, bool) {
 		return resend{}, false
 	}
 	e.late = true // sent after writes queued behind it
+	e.cond = r.watch.keys[e.node]
 	e.to(sent)
-	return resend{e: e, cond: r.watch.keys[e.node]}, true
+	return resend{e: e, cond: e.cond}, true
 }
 
 // sweepOvertakenLocked settles the overtaken writes that can be: those

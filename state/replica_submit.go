@@ -83,6 +83,7 @@ func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, s
 	}
 	r.writes.keepLocked(e, rep.Flows, r.opts.Limits.MaxFlows > 0, r.watch.agg)
 	cond = r.condLocked(rep.Node)
+	e.cond = cond
 	if r.writes.chainLocked(e) {
 		return e, 0, false // its value is encoded when it is sent (sendLater)
 	}
@@ -230,6 +231,7 @@ func (r *Replica) nextLocked(e *write) (*write, uint64) {
 		next.refuse(err)
 		return nil, 0
 	}
+	next.cond = cond
 	next.to(sent)
 	return next, cond
 }

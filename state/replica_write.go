@@ -95,6 +95,7 @@ type write struct {
 	seq      uint64 // the write's sequence number, once stored
 	deadline uint64 // the clock tick past which the watch is late to apply it (stored), or to pass waitFor (overtaken)
 	err      error  // why it is not acknowledged
+	cond     uint64 // the node key's last write its put is conditioned on
 	waitFor  uint64 // overtaken: the write of the node's key that beat it
 	retried  bool   // it was overtaken before: deadline is ApplyTimeout past its first refusal
 

@@ -1,9 +1,14 @@
 package state
 
 import (
+	"errors"
+	"fmt"
+
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/flowstate-io/flowstate/kv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,4 +57,26 @@ func TestEveryPhaseIsReachableAndEndsFree(t *testing.T) {
 		assert.True(t, fromQueued[p], "%s is reachable", p)
 		require.True(t, reach(p)[free], "%s ends free", p)
 	}
+}
+
+// TestARefusalThatNamesNoWriteWaitsForAnyLaterOne: a replicated stream
+// refuses a condition without naming the key's last write; the write then
+// waits for any write of the key past its condition.
+func TestARefusalThatNamesNoWriteWaitsForAnyLaterOne(t *testing.T) {
+	r, err := NewReplica(nil, ReplicaOptions{})
+	require.NoError(t, err)
+	r.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	r.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := &write{r: r, phase: sent, node: 1, epoch: "e1", cond: 41}
+	assert.False(t, r.overtakeLocked(e, errors.New("some other error")), "only a refused condition")
+	refused := fmt.Errorf("%w: wrong last sequence", kv.ErrRevisionMismatch)
+	require.True(t, r.overtakeLocked(e, refused))
+	assert.Equal(t, overtaken, e.phase)
+	assert.Equal(t, uint64(42), e.waitFor, "any write past the condition")
+
+	e = &write{r: r, phase: sent, node: 1, epoch: "e1", cond: 41}
+	require.True(t, r.overtakeLocked(e, &kv.MismatchError{Last: 57, Err: refused}))
+	assert.Equal(t, uint64(57), e.waitFor, "the write the refusal names")
 }

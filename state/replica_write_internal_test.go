@@ -3,13 +3,12 @@ package state
 import (
 	"errors"
 	"fmt"
-
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/kv"
-	"github.com/stretchr/testify/require"
 )
 
 // TestWriteMovesOnlyAsItsLifecycleSays walks every pair of phases: a move

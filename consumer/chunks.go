@@ -25,22 +25,31 @@ func (w *Worker) serveChunkedGet(ctx context.Context, req micro.Request) error {
 	if err != nil {
 		return err
 	}
-	n := strconv.Itoa(len(chunks))
 	for i, body := range chunks {
-		h := versionHeader(v)
-		h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
-		h.Set(protocol.HeaderChunk, strconv.Itoa(i+1)+"/"+n)
-		if i == 0 {
-			err = req.Respond(body, micro.WithHeaders(micro.Headers(h)))
-		} else {
-			err = w.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: h, Data: body})
+		if err := w.sendChunk(req, v, i, len(chunks), body); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("%w: chunk %d of %d: %w", micro.ErrRespond, i+1, len(chunks), err)
-		}
-		w.stats.chunksSent.Add(1)
 	}
 	w.stats.chunkedGets.Add(1)
+	return nil
+}
+
+// sendChunk sends chunk i of n of a chunked get at version v: the first as
+// the request's reply, the others on its reply subject.
+func (w *Worker) sendChunk(req micro.Request, v flowstate.Version, i, n int, body []byte) error {
+	h := versionHeader(v)
+	h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
+	h.Set(protocol.HeaderChunk, strconv.Itoa(i+1)+"/"+strconv.Itoa(n))
+	var err error
+	if i == 0 {
+		err = req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+	} else {
+		err = w.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: h, Data: body})
+	}
+	if err != nil {
+		return fmt.Errorf("%w: chunk %d of %d: %w", micro.ErrRespond, i+1, n, err)
+	}
+	w.stats.chunksSent.Add(1)
 	return nil
 }
 

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -68,24 +67,14 @@ func (w *Worker) serveStatsChunks(req micro.Request, h nats.Header, s state.Stat
 	if err != nil {
 		return fmt.Errorf("consumer: split the stats view: %w", err)
 	}
-	n := strconv.Itoa(len(ends))
 	var from codec.StatsChunk
 	var buf []byte
 	for i, end := range ends {
 		buf = codec.AppendStats(buf[:0], s.Flows[from.Flows:end.Flows], s.Health[from.Stats:end.Stats])
 		from = end
-		ch := versionHeader(s.Version)
-		ch.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
-		ch.Set(protocol.HeaderChunk, strconv.Itoa(i+1)+"/"+n)
-		if i == 0 {
-			err = req.Respond(buf, micro.WithHeaders(micro.Headers(ch)))
-		} else {
-			err = w.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: ch, Data: buf})
+		if err := w.sendChunk(req, s.Version, i, len(ends), buf); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("%w: chunk %d of %d: %w", micro.ErrRespond, i+1, len(ends), err)
-		}
-		w.stats.chunksSent.Add(1)
 	}
 	w.stats.chunkedGets.Add(1)
 	return nil

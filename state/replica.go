@@ -74,6 +74,8 @@ type Replica struct {
 	pubMu sync.Mutex // serialises the aggregate key's writes; guards pub
 	pub   publishing
 
+	asides sync.WaitGroup // the writes sent aside (sendAside); Run waits for them
+
 	submitMu sync.Mutex // serialises Submit and Refuse: reports queue in the order the store takes them; guards enc
 	enc      []byte     // the value of the write being sent
 
@@ -121,7 +123,7 @@ type served struct {
 func (r *Replica) onEvent(ev kv.Event) {
 	if ok, sends := r.applyEvent(ev); ok {
 		r.answerReady()
-		r.sendLater(sends...)
+		r.sendAside(sends)
 	}
 }
 
@@ -356,7 +358,7 @@ func (r *Replica) onTick() {
 	sends := r.sweepOvertakenLocked()
 	r.mu.Unlock()
 	r.answerReady()
-	r.sendLater(sends...)
+	r.sendAside(sends)
 }
 
 // outcomeLocked is the answer of the report e, if it has one yet.

@@ -184,6 +184,7 @@ func (r *Replica) stop() {
 	r.mu.Unlock()
 	r.answerReady()
 	r.sendLater(sends...)
+	r.asides.Wait() // the writes sent aside are answered by now, or their bound has passed
 }
 
 // takeTurn takes a place in the window for a report, waiting while it is

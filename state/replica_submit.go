@@ -120,6 +120,19 @@ type resend struct {
 	cond uint64
 }
 
+// sendAside sends the writes of sends, if any, on a goroutine of their
+// own: the watch's and the clock's goroutines must not wait for a slot of
+// the store's window (a put waits for one up to ApplyTimeout), or they
+// would hold up every event and tick behind them. Writes of one node are
+// never among them twice (a node's next write waits for the store's
+// answer to this one), so their order does not matter.
+func (r *Replica) sendAside(sends []resend) {
+	if len(sends) == 0 {
+		return
+	}
+	r.asides.Go(func() { r.sendLater(sends...) })
+}
+
 // sendLater sends each write of sends, outside mu, encoded from what it
 // kept of its report.
 func (r *Replica) sendLater(sends ...resend) {

@@ -24,7 +24,10 @@ func TestJetStreamWatchFollowsDeltasAcrossAPublisherChange(t *testing.T) {
 	ws := startJSWorkers(t, srv.URL, 3, "--publish-interval", "10ms")
 	c := newClient(t, ws[0])
 	nc := connect(t, srv.URL, nats.MaxReconnects(-1))
-	fc, err := fsclient.New(nc, fsclient.Options{Timeout: deltaWait, WatchMode: fsclient.WatchV2})
+	// A get of the watch's that reached a worker killed before it answered
+	// ends at the client's timeout, then the watch asks again: a timeout
+	// well within nextState's wait, so that one such get cannot use it up.
+	fc, err := fsclient.New(nc, fsclient.Options{Timeout: requestTimeout, WatchMode: fsclient.WatchV2})
 	require.NoError(t, err)
 
 	states := startStateWatch(t, fc)

@@ -35,6 +35,14 @@ import (
 // forgot: such an epoch keeps the writes stored before its key.
 const keptSuffix = "-kept"
 
+// watching is what one Watch remembers from pass to pass, for a store
+// that forgets; its goroutine's alone.
+type watching struct {
+	mark      watermark // the last write delivered in its epoch
+	passEpoch string    // the epoch of the last pass
+	left      []string  // the epochs it left, latest last (at most maxLeftEpochs)
+}
+
 // watermark is the last write a watch delivered in an epoch: what a store
 // that forgot no longer holds.
 type watermark struct {
@@ -93,8 +101,8 @@ func (s *Store) confirmForgotten(ctx context.Context, mark watermark, epoch stri
 // startOverForgotten returns errStartOver, once a new epoch is started,
 // if the stream no longer holds the last write the watch delivered in
 // epoch (confirmed, CheckInterval apart); nil if it does.
-func (s *Store) startOverForgotten(ctx context.Context, epoch string) error {
-	why := s.confirmForgotten(ctx, s.mark, epoch)
+func (s *Store) startOverForgotten(ctx context.Context, w *watching, epoch string) error {
+	why := s.confirmForgotten(ctx, w.mark, epoch)
 	if why == "" {
 		return nil
 	}
@@ -120,15 +128,15 @@ const maxLeftEpochs = 16
 // to a copy taken before the last epoch change). The epoch key is read
 // again from the stream's leader first: a server that is behind may still
 // answer the old key for a moment.
-func (s *Store) startOverReturned(ctx context.Context, ep epochAt) error {
-	if !slices.Contains(s.left, ep.name) {
-		if s.passEpoch != "" && s.passEpoch != ep.name {
-			s.left = append(s.left, s.passEpoch)
-			if n := len(s.left) - maxLeftEpochs; n > 0 {
-				s.left = s.left[n:]
+func (s *Store) startOverReturned(ctx context.Context, w *watching, ep epochAt) error {
+	if !slices.Contains(w.left, ep.name) {
+		if w.passEpoch != "" && w.passEpoch != ep.name {
+			w.left = append(w.left, w.passEpoch)
+			if n := len(w.left) - maxLeftEpochs; n > 0 {
+				w.left = w.left[n:]
 			}
 		}
-		s.passEpoch = ep.name
+		w.passEpoch = ep.name
 		return nil
 	}
 	lctx, cancel := s.opContext(ctx)

@@ -36,9 +36,6 @@ type Store struct {
 	replicas  replicaWatch            // WatchReplicas's last look
 	barrier   rounds                  // LastRevision's shared writes
 	storedSeq atomic.Uint64           // the highest sequence number of a write seen stored (failover.go)
-	mark      watermark               // the last write the watch delivered in its epoch; the Watch goroutine's (forgotten.go)
-	passEpoch string                  // the epoch of the watch's last pass; the Watch goroutine's
-	left      []string                // the epochs the watch left, latest last; the Watch goroutine's
 	forgets   atomic.Uint64           // times the stream no longer held mark
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since

@@ -30,10 +30,11 @@ var errStartOver = errors.New("jetstream: the watch must start over")
 // subscription's queue, where the connection's reader puts them.
 func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 	wait := s.cfg.ProbeInterval
+	w := &watching{}         // what this watch remembers for a store that forgets (forgotten.go)
 	var failed int           // passes in a row that ended in an error
 	var lastFailed time.Time // when the last one did
 	for {
-		err := s.watchPass(ctx, fn)
+		err := s.watchPass(ctx, fn, w)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -57,7 +58,7 @@ func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
 
 // watchPass runs one pass of Watch, from kv.OpReset until it must start over
 // (errStartOver), fails, or ctx ends.
-func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
+func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) error {
 	if err := s.ensureBucket(ctx, false); err != nil {
 		return err
 	}
@@ -66,10 +67,10 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		return err
 	}
 	epoch := ep.name
-	if err := s.startOverReturned(ctx, ep); err != nil {
+	if err := s.startOverReturned(ctx, w, ep); err != nil {
 		return err
 	}
-	if err := s.startOverForgotten(ctx, epoch); err != nil {
+	if err := s.startOverForgotten(ctx, w, epoch); err != nil {
 		return err
 	}
 	// A synchronous subscription: the connection's reader puts each
@@ -96,7 +97,7 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch, Seq: epochStart(epoch, ep.seq)}})
 
 	p := pass{epoch: epoch, synced: pending == 0}
-	defer func() { s.mark = p.advance(s.mark) }()
+	defer func() { w.mark = p.advance(w.mark) }()
 	p.exact = p.synced
 	s.storedSeq.Store(0) // what was stored before this pass may be of a bucket recreated since
 	var moved progress
@@ -107,7 +108,7 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		// Until the next read of the epoch key (CheckInterval), which a
 		// steady stream of messages does not put off.
 		check, cancel := clock.WithTimeout(ctx, s.cfg.Clock, s.cfg.CheckInterval)
-		err := s.watchUntil(ctx, check, sub, &p, fn)
+		err := s.watchUntil(ctx, check, sub, &p, fn, w)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -117,8 +118,8 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event)) error {
 		case s.epochChanged(ctx, epoch):
 			return errStartOver
 		}
-		if s.mark = p.advance(s.mark); s.forgotten(ctx, s.mark, epoch) != "" {
-			if err := s.startOverForgotten(ctx, epoch); err != nil {
+		if w.mark = p.advance(w.mark); s.forgotten(ctx, w.mark, epoch) != "" {
+			if err := s.startOverForgotten(ctx, w, epoch); err != nil {
 				return err
 			}
 		}
@@ -178,7 +179,7 @@ func (p *pass) advance(mark watermark) watermark {
 
 // watchUntil delivers the subscription's messages until check ends (nil)
 // or the pass must end (its error); ctx is the pass's.
-func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p *pass, fn func(kv.Event)) error {
+func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p *pass, fn func(kv.Event), w *watching) error {
 	for check.Err() == nil {
 		m, err := sub.NextMsgWithContext(check)
 		if err != nil {
@@ -196,8 +197,8 @@ func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p
 			// came back): what it delivers may be another history, if the
 			// store forgot. Before it is applied, the stream must still
 			// hold the last write delivered.
-			s.mark = p.advance(s.mark)
-			if err := s.startOverForgotten(ctx, p.epoch); err != nil {
+			w.mark = p.advance(w.mark)
+			if err := s.startOverForgotten(ctx, w, p.epoch); err != nil {
 				return err
 			}
 		}

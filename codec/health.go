@@ -2,7 +2,6 @@ package codec
 
 import (
 	"cmp"
-	"encoding/binary"
 	"math"
 	"slices"
 	"strconv"
@@ -92,25 +91,7 @@ func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeEr
 // arrayLenAt reads an array header and returns the number of items it
 // claims.
 func arrayLenAt(b []byte, i int) (n uint64, next int, st status) {
-	if i >= len(b) {
-		return 0, i, truncated
-	}
-	c := b[i]
-	switch {
-	case c&0xf0 == codeFixArray:
-		return uint64(c & 0x0f), i + 1, ok
-	case c == codeArray16:
-		if len(b)-i < 3 {
-			return 0, i, truncated
-		}
-		return uint64(binary.BigEndian.Uint16(b[i+1:])), i + 3, ok
-	case c == codeArray32:
-		if len(b)-i < 5 {
-			return 0, i, truncated
-		}
-		return uint64(binary.BigEndian.Uint32(b[i+1:])), i + 5, ok
-	}
-	return 0, i, wrongType
+	return lenAt(b, i, codeFixArray, codeArray16, codeArray32)
 }
 
 // errorList reads one flow's array of errors, its items kept in r.errs.

@@ -103,19 +103,25 @@ func uintFast(b []byte, i int) (v uint64, next int, ok bool) {
 
 // mapLenAt reads a map header and returns the number of entries it claims.
 func mapLenAt(b []byte, i int) (n uint64, next int, st status) {
+	return lenAt(b, i, codeFixMap, codeMap16, codeMap32)
+}
+
+// lenAt reads the header of a map or an array, whose fix, 16-bit and
+// 32-bit codes are fix, c16 and c32, and returns the count it claims.
+func lenAt(b []byte, i int, fix, c16, c32 byte) (n uint64, next int, st status) {
 	if i >= len(b) {
 		return 0, i, truncated
 	}
 	c := b[i]
 	switch {
-	case c&0xf0 == codeFixMap:
+	case c&0xf0 == fix:
 		return uint64(c & 0x0f), i + 1, ok
-	case c == codeMap16:
+	case c == c16:
 		if len(b)-i < 3 {
 			return 0, i, truncated
 		}
 		return uint64(binary.BigEndian.Uint16(b[i+1:])), i + 3, ok
-	case c == codeMap32:
+	case c == c32:
 		if len(b)-i < 5 {
 			return 0, i, truncated
 		}

@@ -76,7 +76,7 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 			return r, err
 		}
 		defer func() { err = errors.Join(err, stop()) }()
-		c, err := measureJSCeiling(ctx, urls[0], sc, b.replicas, b.storage, lt.cfg.duration)
+		c, err := measureJSCeiling(ctx, urls[0], sc, b.replicas, b.storage, b.workers, lt.cfg.duration)
 		if err != nil {
 			return r, err
 		}

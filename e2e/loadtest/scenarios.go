@@ -57,7 +57,7 @@ const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,1000x10-v3,get,rs
 // pendingScenarioNames are the scenarios run only when named: the
 // 1,000,000-flow snapshot, which holds a large state for a while, and the
 // fan-out, whose server holds up to 2.4 GB.
-const pendingScenarioNames = "snapshot,fanout,fanout-5s"
+const pendingScenarioNames = "snapshot,fanout,fanout-5s,js-r3-sync"
 
 // named returns the scenario of --scenarios called name, if there is one.
 func named(name string) (scenario, bool) {

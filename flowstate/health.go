@@ -124,8 +124,19 @@ func (h *Health) ErrorBytes() int {
 func (h *Health) Clone() *Health {
 	c := *h
 	c.Flows = slices.Clone(h.Flows)
+	// One array holds every flow's errors: three allocations a clone,
+	// whatever the number of flows.
+	n := 0
 	for i := range c.Flows {
-		c.Flows[i].LastErrors = slices.Clone(c.Flows[i].LastErrors)
+		n += len(c.Flows[i].LastErrors)
+	}
+	errs := make([]FlowError, 0, n)
+	for i := range c.Flows {
+		if e := c.Flows[i].LastErrors; e != nil {
+			k := len(errs)
+			errs = append(errs, e...)
+			c.Flows[i].LastErrors = errs[k:len(errs):len(errs)]
+		}
 	}
 	c.RetiredEpochs = slices.Clone(h.RetiredEpochs)
 	return &c

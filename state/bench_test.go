@@ -3,6 +3,7 @@ package state_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/flowstate-io/flowstate/flowstate"
@@ -163,6 +164,47 @@ func BenchmarkAppendJSON(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				buf = flowstate.AppendJSON(buf[:0], flows)
+			}
+		})
+	}
+}
+
+// BenchmarkMergeHealth is BenchmarkMergeFlows with protocol v3's health in
+// every report: per flow the rows processed and one error of 200 bytes,
+// the message the same from one report to the next, as the decoder hands
+// it over (a node repeats its errors).
+func BenchmarkMergeHealth(b *testing.B) {
+	message := strings.Repeat("x", 200)
+	for _, size := range mergeBenchSizes[:3] {
+		name := fmt.Sprintf("nodes=%d/flows=%d", size.nodes, size.flows)
+		b.Run(name, func(b *testing.B) {
+			ctx := b.Context()
+			m := newMerger(b, "manager", mergeBenchReports(size.nodes, size.flows)[0]).(managerMerger).m
+			report := make([]flowstate.Flow, size.flows)
+			health := flowstate.Health{HasProcessedRows: true, HasLastErrors: true, Flows: make([]flowstate.FlowHealth, size.flows)}
+			errs := make([]flowstate.FlowError, size.flows)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				node := i % size.nodes
+				round := i/size.nodes + 1
+				i++
+				for f := range report {
+					id := flowstate.FlowID(node*size.flows + f + 1)
+					report[f] = flowstate.Flow{
+						ID:           id,
+						Has:          flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime,
+						StateSize:    uint64(1<<20 + int(id)*64 + round%2),
+						LastExecTime: 1_700_000_000_000 + int64(id)*1000 + int64(round%2),
+						StartTime:    1_690_000_000_000 + int64(id),
+					}
+					errs[f] = flowstate.FlowError{Time: report[f].LastExecTime, Message: message}
+					health.Flows[f] = flowstate.FlowHealth{ID: id, Has: flowstate.HasProcessedRows | flowstate.HasLastErrors,
+						ProcessedRows: uint64(round) * 1000, LastErrors: errs[f : f+1 : f+1]}
+				}
+				if _, err := m.Merge(ctx, state.Report{Node: uint64(node), Flows: report, Health: &health}); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

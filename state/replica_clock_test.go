@@ -23,10 +23,17 @@ const clockApplyTimeout = time.Hour
 
 // followOnClock runs a Replica on a manual clock, its watch stalled until
 // the test ends.
+// backgroundTimers are the timers of a following replica at rest.
+const backgroundTimers = 2
+
 func followOnClock(t *testing.T) (*kv.SharedMemory, *clockpkg.Manual, *worker) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	m := clockpkg.NewManual(time.Unix(1_700_000_000, 0))
 	w := follow(t, mem, state.ReplicaOptions{Clock: m, ApplyTimeout: clockApplyTimeout})
+	// The replica's and the lease's tickers, started by goroutines of
+	// theirs: a test that counts the timers of what it starts counts from
+	// them.
+	require.True(t, m.AwaitWaiting(backgroundTimers, followWait), "the replica's and the lease's tickers")
 	mem.StallWatches()
 	t.Cleanup(mem.ResumeWatches) // before the replica stops
 	return mem, m, w
@@ -58,7 +65,7 @@ func TestReplicaReadBarrierGivesUpByItsClock(t *testing.T) {
 	v := lastExecOf(2, 2)
 	_, err := mem.Put(t.Context(), flowstate.NodeKey(2), flowstate.AppendJSON(nil, v.Flows())) // another worker's write
 	require.NoError(t, err)
-	timers := m.Waiting() // the replica's and the lease's tickers
+	timers := m.Waiting() // the replica's and the lease's tickers (followOnClock)
 	done := make(chan error, 1)
 	go func() { done <- w.mgr.Sync(t.Context()) }()
 	require.True(t, m.AwaitWaiting(timers+1, followWait), "the barrier's deadline is a timer of the clock")

@@ -1,9 +1,11 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -13,6 +15,11 @@ import (
 type forgetState struct {
 	dir   string // snapshot folder (the run's): one sub-folder per server
 	taken int64  // by the history's clock; 0: none yet
+	// After the servers restarted from taking the snapshot: the epoch the
+	// bucket named, and the stream's last sequence number, a bound at or
+	// past the snapshot's last write.
+	epoch   string
+	lastSeq uint64
 }
 
 // forgetFault rolls stores back to a snapshot, as a restored backup or a
@@ -24,7 +31,11 @@ type forgetState struct {
 // rolled back, every server started), after which the store has forgotten
 // acknowledged writes and the workers move to a kept epoch; or one replica
 // of R3 rolled back alone, which the two others repair. It heals when
-// JetStream takes a write and every worker serves again.
+// JetStream takes a write and every worker serves again; after a
+// coordinated power loss that lost writes (the stream had writes past the
+// snapshot's), once the workers moved to an epoch that is neither the one
+// before the fault nor the snapshot's, as a store that forgot requires (so
+// that no other fault's own write lands in an epoch whose revisions repeat).
 func (n *nemesis) forgetFault() *fault {
 	f := &fault{kind: kindForget, hold: n.between(2*time.Second, 6*time.Second)}
 	snap := n.forget.taken == 0 || n.rng.IntN(2) == 0
@@ -48,8 +59,19 @@ func (n *nemesis) forgetFault() *fault {
 	f.heal = func() error {
 		start := time.Now()
 		servers := []int{one}
+		var before epochAt
+		var lost bool
 		if all {
 			servers = []int{0, 1, 2}
+			var err error
+			if before, err = n.epoch(); err != nil {
+				return fmt.Errorf("chaos: the epoch before a forget fault: %w", err)
+			}
+			last, err := n.lastSeq()
+			if err != nil {
+				return err
+			}
+			lost = last > n.forget.lastSeq
 		}
 		for _, i := range servers {
 			n.s.servers[i].Stop(stopTimeout)
@@ -68,6 +90,13 @@ func (n *nemesis) forgetFault() *fault {
 			return err
 		}
 		f.what += fmt.Sprintf("; JetStream took a write %v after the stop", ms(int64(time.Since(start))))
+		if lost {
+			ep, err := n.awaitEpochOtherThan(before.value, n.forget.epoch)
+			if err != nil {
+				return err
+			}
+			f.what += fmt.Sprintf("; a new epoch %s %v after the stop", ep, ms(int64(time.Since(start))))
+		}
 		took, err := n.awaitServing()
 		f.what += fmt.Sprintf("; every worker served %v after the stop", ms(int64(took)))
 		return err
@@ -97,8 +126,48 @@ func (n *nemesis) snapshot() (time.Duration, error) {
 			return 0, err
 		}
 	}
-	err := n.awaitJetStream()
-	return time.Since(start), err
+	if err := n.awaitJetStream(); err != nil {
+		return time.Since(start), err
+	}
+	took := time.Since(start)
+	ep, err := n.epoch()
+	if err != nil {
+		return took, fmt.Errorf("chaos: the epoch after a snapshot: %w", err)
+	}
+	last, err := n.lastSeq()
+	n.forget.epoch, n.forget.lastSeq = ep.value, last
+	return took, err
+}
+
+// lastSeq returns the bucket stream's last sequence number.
+func (n *nemesis) lastSeq() (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := n.js.Stream(ctx, streamName)
+	if err != nil {
+		return 0, fmt.Errorf("chaos: stream %s: %w", streamName, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("chaos: stream %s: %w", streamName, err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// awaitEpochOtherThan waits, bounded, until the bucket's epoch key names
+// an epoch other than those given, and returns it.
+func (n *nemesis) awaitEpochOtherThan(old ...string) (string, error) {
+	start := time.Now()
+	var last string
+	for time.Since(start) < startTimeout {
+		if ep, err := n.epoch(); err == nil {
+			if last = ep.value; !slices.Contains(old, last) {
+				return last, nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", fmt.Errorf("chaos: the workers did not leave epoch %q within %v of a forget fault that lost writes", last, startTimeout)
 }
 
 // restoreDir makes dst a copy of src: what dst held is removed (dst

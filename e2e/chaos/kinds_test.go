@@ -21,11 +21,9 @@ const (
 // allKinds are the kinds in the order they are listed.
 var allKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindClock, kindForget, kindCombo}
 
-// readyKinds are those a run injects when CHAOS_FAULTS is unset: all but
-// forget, which runs when named (CHAOS_FAULTS=forget,...): a default run
-// with it failed on a seed not yet understood (docs/design.md, "What is
-// not proven").
-var readyKinds = []string{kindProcess, kindPartition, kindDisk, kindCorrupt, kindClock, kindCombo}
+// readyKinds are those a run injects when CHAOS_FAULTS is unset: all of
+// them.
+var readyKinds = allKinds
 
 // faultSet is what a run injects.
 type faultSet struct {

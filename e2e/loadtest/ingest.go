@@ -49,7 +49,7 @@ func (r ingestResult) cpuPerReport() float64 {
 // newPublisher returns a generator publishing the reports of sc's nodes
 // over nc, for d at rate (d 0: reports reports).
 func newPublisher(nc *nats.Conn, sc scenario, d time.Duration, rate float64, reports uint64) (*loadgen.Generator, error) {
-	return loadgen.New(nc, loadgen.Config{Mode: loadgen.Publish, Nodes: sc.nodes, Flows: sc.flows,
+	return loadgen.New(nc, loadgen.Config{Mode: loadgen.Publish, Nodes: sc.nodes, Flows: sc.flows, Health: sc.health,
 		Duration: d, Rate: rate, Reports: reports, Timeout: drainTimeout})
 }
 

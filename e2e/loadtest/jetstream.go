@@ -30,6 +30,8 @@ type backend struct {
 	// like it before the workers start.
 	replicas int
 	storage  jetstream.StorageType
+	// config is the servers' configuration file, if any (a cluster's).
+	config string
 }
 
 // ackedInFlight is the window of the acked scenarios.
@@ -44,6 +46,9 @@ var ackedScenarios = []scenario{
 	{name: "js-r3", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 3, workers: 3,
 		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "file", "--kv-replicas", "3"},
 		replicas:   3, storage: jetstream.FileStorage}},
+	{name: "js-r3-sync", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 3, workers: 3,
+		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "file", "--kv-replicas", "3"},
+		replicas:   3, storage: jetstream.FileStorage, config: "jetstream { sync_interval: always }"}},
 }
 
 // ackedResult is one run of an acked scenario.
@@ -71,12 +76,12 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 	urls := []string{lt.natsURL}
 	if b.servers > 0 {
 		var stop func() error
-		urls, stop, err = lt.startJetStream(b.servers)
+		urls, stop, err = lt.startJetStream(b.servers, b.config)
 		if err != nil {
 			return r, err
 		}
 		defer func() { err = errors.Join(err, stop()) }()
-		c, err := measureJSCeiling(ctx, urls[0], sc, b.replicas, b.storage, lt.cfg.duration)
+		c, err := measureJSCeiling(ctx, urls[0], sc, b.replicas, b.storage, b.workers, lt.cfg.duration)
 		if err != nil {
 			return r, err
 		}
@@ -143,10 +148,11 @@ func workersCPU(pids []int) (time.Duration, error) {
 	return sum, nil
 }
 
-// startJetStream starts n nats-servers with JetStream, each with a store
+// startJetStream starts n nats-servers with JetStream (a cluster with the
+// configuration file config, if any), each with a store
 // of its own, as one cluster when n > 1, and waits until JetStream answers.
 // stop stops them and removes the stores.
-func (lt *loadTest) startJetStream(n int) (urls []string, stop func() error, err error) {
+func (lt *loadTest) startJetStream(n int, config string) (urls []string, stop func() error, err error) {
 	dir, err := os.MkdirTemp("", "flowstate-loadtest-js-")
 	if err != nil {
 		return nil, nil, err
@@ -163,7 +169,7 @@ func (lt *loadTest) startJetStream(n int) (urls []string, stop func() error, err
 	} else {
 		var c *proctest.Cluster
 		c, err = proctest.StartCluster(proctest.ClusterSpec{Path: lt.bins.NATSServer, N: n, Name: "flowstate",
-			StoreDir: storeDir, Keep: outputKeep, OwnGroup: true})
+			StoreDir: storeDir, Keep: outputKeep, OwnGroup: true, Config: config})
 		if err == nil {
 			urls, close = c.URLs(), c.Close
 		}

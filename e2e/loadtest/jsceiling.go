@@ -25,9 +25,10 @@ const ceilingBucket = "flowstate_ceiling"
 // worker writes for its report), each put conditional on its key's last
 // write (Nats-Expected-Last-Subject-Sequence) as a worker's is, with as
 // many in flight as the acked load keeps, through nats.go's own
-// asynchronous publish; a put counts once the stream acknowledged it and a
-// watch of the bucket delivered it, as a worker acks a report once its
-// watch applied it. No worker is in between.
+// asynchronous publish; a put counts once the stream acknowledged it and
+// one watch of the bucket a worker of the scenario delivered it, as a worker
+// acks a report once its watch applied it and every worker applies every
+// write. No worker is in between.
 type jsCeiling struct {
 	completed uint64        // puts acknowledged and delivered by the watch
 	elapsed   time.Duration // from the first put until the watch delivered the last one acknowledged
@@ -36,9 +37,10 @@ type jsCeiling struct {
 func (c jsCeiling) rate() float64 { return float64(c.completed) / c.elapsed.Seconds() }
 
 // measureJSCeiling measures jsCeiling on url for sc's nodes and flows,
-// on a bucket of replicas and storage like the workers', for duration.
+// on a bucket of replicas and storage like the workers', with watches
+// watches, for duration.
 func measureJSCeiling(ctx context.Context, url string, sc scenario, replicas int, storage jetstream.StorageType,
-	duration time.Duration) (c jsCeiling, err error) {
+	watches int, duration time.Duration) (c jsCeiling, err error) {
 	pub, err := connect(url, "loadtest-ceiling")
 	if err != nil {
 		return c, err
@@ -59,38 +61,26 @@ func measureJSCeiling(ctx context.Context, url string, sc scenario, replicas int
 		err = errors.Join(err, js.DeleteKeyValue(dctx, ceilingBucket))
 	}()
 
-	// The watch, on a connection of its own as a worker's store is.
-	wnc, err := connect(url, "loadtest-ceiling-watch")
-	if err != nil {
-		return c, err
-	}
-	defer wnc.Close()
-	wjs, err := jetstream.New(wnc)
-	if err != nil {
-		return c, err
-	}
-	wkv, err := wjs.KeyValue(ctx, ceilingBucket)
-	if err != nil {
-		return c, err
-	}
-	watcher, err := wkv.WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		return c, fmt.Errorf("ceiling: watch: %w", err)
-	}
-	defer func() { err = errors.Join(err, watcher.Stop()) }()
-	var delivered atomic.Uint64
+	// The watches, one a worker, each on a connection of its own as a
+	// worker's store is: every worker sees every write, so the job the
+	// engine does for the workers delivers each write once to each.
+	var delivered []*atomic.Uint64
 	moved := make(chan struct{}, 1)
-	go func() {
-		for e := range watcher.Updates() {
-			if e != nil {
-				delivered.Store(e.Revision())
-				select {
-				case moved <- struct{}{}:
-				default:
-				}
-			}
+	for k := range watches {
+		d, stop, werr := ceilingWatch(ctx, url, k, moved)
+		if werr != nil {
+			return c, werr
 		}
-	}()
+		defer func() { err = errors.Join(err, stop()) }()
+		delivered = append(delivered, d)
+	}
+	least := func() uint64 { // the revision every watch has delivered
+		m := delivered[0].Load()
+		for _, d := range delivered[1:] {
+			m = min(m, d.Load())
+		}
+		return m
+	}
 
 	values := ceilingValues(sc)
 	last := make([]uint64, sc.nodes)                    // each key's last write
@@ -134,16 +124,63 @@ func measureJSCeiling(ctx context.Context, url string, sc scenario, replicas int
 	}
 	deadline := time.NewTimer(requestTimeout)
 	defer deadline.Stop()
-	for delivered.Load() < maxSeq {
+	for least() < maxSeq {
 		select {
 		case <-moved:
 		case <-deadline.C:
-			return c, fmt.Errorf("ceiling: the watch did not deliver revision %d within %v (at %d)", maxSeq, requestTimeout, delivered.Load())
+			return c, fmt.Errorf("ceiling: the watches did not deliver revision %d within %v (at %d)", maxSeq, requestTimeout, least())
 		case <-ctx.Done():
 			return c, ctx.Err()
 		}
 	}
 	return jsCeiling{completed: acked, elapsed: time.Since(start)}, nil
+}
+
+// ceilingWatch starts watch k of the ceiling's bucket on a connection of
+// its own: it stores the last revision delivered and signals moved. stop
+// ends it.
+func ceilingWatch(ctx context.Context, url string, k int, moved chan<- struct{}) (*atomic.Uint64, func() error, error) {
+	wnc, err := connect(url, fmt.Sprintf("loadtest-ceiling-watch-%d", k))
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*atomic.Uint64, func() error, error) {
+		wnc.Close()
+		return nil, nil, fmt.Errorf("ceiling: watch %d: %w", k, err)
+	}
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		return fail(err)
+	}
+	wkv, err := wjs.KeyValue(ctx, ceilingBucket)
+	if err != nil {
+		return fail(err)
+	}
+	watcher, err := wkv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return fail(err)
+	}
+	var delivered atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range watcher.Updates() {
+			if e != nil {
+				delivered.Store(e.Revision())
+				select {
+				case moved <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	stop := func() error {
+		err := watcher.Stop()
+		wnc.Close()
+		<-done
+		return err
+	}
+	return &delivered, stop, nil
 }
 
 // ceilingValues are the values a worker writes to the node keys for sc's

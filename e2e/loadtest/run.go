@@ -56,7 +56,7 @@ func (lt *loadTest) run(ctx context.Context) ([]scenarioResult, error) {
 		for k, sc := range lt.cfg.scenarios {
 			results[k].scenario = sc
 			lt.logf("scenario %s (round %d of %d): %d nodes x %d flows, reports of %d bytes", sc.label(lt.cfg), i+1, lt.cfg.runs,
-				sc.nodes, sc.flows, loadgen.ReportSize(loadgen.Config{Nodes: sc.nodes, Flows: sc.flows}))
+				sc.nodes, sc.flows, loadgen.ReportSize(loadgen.Config{Nodes: sc.nodes, Flows: sc.flows, Health: sc.health}))
 			r, err := lt.runOnce(ctx, sc, i)
 			if err != nil {
 				return results, fmt.Errorf("scenario %s, run %d: %w", sc.name, i+1, err)

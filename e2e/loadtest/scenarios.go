@@ -26,9 +26,14 @@ type scenario struct {
 	name         string
 	kind         kind
 	nodes, flows int
+	health       bool     // v3 health in every report (loadgen.Config.Health)
 	backend      *backend // kindAcked: where the state lives
 	workerArgs   []string // of the worker, past the defaults
 }
+
+// healthScenario is the 1000x10 flood with protocol v3's health in every
+// report: per flow the rows processed and one 200-byte error.
+var healthScenario = scenario{name: "1000x10-v3", kind: kindFlood, nodes: 1000, flows: 10, health: true}
 
 // The scenarios of --scenarios all.
 var defaultScenarios = []scenario{
@@ -36,6 +41,7 @@ var defaultScenarios = []scenario{
 	{name: "1000x10", kind: kindFlood, nodes: 1000, flows: 10},
 	{name: "10000x10", kind: kindFlood, nodes: 10000, flows: 10},
 	{name: "1000x100", kind: kindFlood, nodes: 1000, flows: 100},
+	healthScenario,
 	{name: "get", kind: kindGet, nodes: 1000, flows: 10},
 	{name: "rss", kind: kindHold, nodes: 10000, flows: 10},
 	deltaScenario,
@@ -46,12 +52,12 @@ var defaultScenarios = []scenario{
 	ackedScenarios[2],
 }
 
-const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,get,rss,delta,follow-1k,follow-10k,acked,js-r1,js-r3"
+const defaultScenarioNames = "100x10,1000x10,10000x10,1000x100,1000x10-v3,get,rss,delta,follow-1k,follow-10k,acked,js-r1,js-r3"
 
 // pendingScenarioNames are the scenarios run only when named: the
 // 1,000,000-flow snapshot, which holds a large state for a while, and the
 // fan-out, whose server holds up to 2.4 GB.
-const pendingScenarioNames = "snapshot,fanout,fanout-5s"
+const pendingScenarioNames = "snapshot,fanout,fanout-5s,js-r3-sync"
 
 // named returns the scenario of --scenarios called name, if there is one.
 func named(name string) (scenario, bool) {

@@ -31,9 +31,16 @@ func TestPendingScenariosRunOnlyWhenNamed(t *testing.T) {
 	for _, sc := range named {
 		names = append(names, sc.name)
 	}
-	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "snapshot", "fanout", "fanout-5s", "get", "50x2"}, names)
+	assert.Equal(t, []string{"acked", "js-r1", "js-r3", "snapshot", "fanout", "fanout-5s", "js-r3-sync", "get", "50x2"}, names)
 	assert.Equal(t, []string{"--full-interval", "5s"}, named[5].workerArgs)
 	assert.Equal(t, 3, named[2].backend.servers)
+	assert.Contains(t, named[6].backend.config, "sync_interval: always", "js-r3 with a flush per write")
+	for _, sc := range all {
+		assert.NotEqual(t, "js-r3-sync", sc.name, "js-r3-sync runs only when named")
+		if sc.name == "1000x10-v3" {
+			assert.True(t, sc.health, "1000x10-v3 sends v3 health")
+		}
+	}
 	withAll, err := parseScenarios("all,snapshot")
 	require.NoError(t, err)
 	assert.Equal(t, append(append([]scenario{}, all...), snapshotScenario), withAll)

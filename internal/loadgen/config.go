@@ -48,6 +48,10 @@ type Config struct {
 	FirstNode int
 	// Flows is the number of flows per node; 0 sends empty reports.
 	Flows int
+	// Health adds protocol v3's health to every report: per flow the rows
+	// processed and one error of HealthErrorBytes bytes (no seq, so that a
+	// load can send a node's reports in any order).
+	Health bool
 	// Rate is the total number of reports per second, spread over the
 	// nodes; 0 sends as fast as the mode allows. Reports follow a fixed
 	// schedule: a load that fell behind it catches up as fast as it can.

@@ -1,6 +1,8 @@
 package loadgen
 
 import (
+	"strings"
+
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 )
@@ -20,13 +22,14 @@ const encodeBudget = 64 << 20
 // FirstNode).
 type payloads struct {
 	first, nodes, flows int
+	health              bool
 	subjects            []string // of each node
 	buf                 []byte   // every report, round after round; nil: encode as sent
 	offs                []int    // report (round, i) is buf[offs[round*nodes+i]:offs[round*nodes+i+1]]
 }
 
 func newPayloads(cfg Config, heartbeat func(uint64) string) *payloads {
-	p := &payloads{first: cfg.FirstNode, nodes: cfg.Nodes, flows: cfg.Flows, subjects: make([]string, cfg.Nodes)}
+	p := &payloads{first: cfg.FirstNode, nodes: cfg.Nodes, flows: cfg.Flows, health: cfg.Health, subjects: make([]string, cfg.Nodes)}
 	for i := range cfg.Nodes {
 		p.subjects[i] = heartbeat(uint64(cfg.FirstNode + i))
 	}
@@ -52,7 +55,31 @@ func newPayloads(cfg Config, heartbeat func(uint64) string) *payloads {
 func (p *payloads) report(r *codec.Report, i int, round uint64) *codec.Report {
 	r.NodeID, r.NodeEpoch, r.HasNodeEpoch = uint64(p.first+i), BaseMs, true
 	r.Flows = p.flowsOf(r.Flows[:0], i, round)
+	r.Health = flowstate.Health{}
+	if p.health {
+		r.Health = p.healthOf(r.Flows, round)
+	}
 	return r
+}
+
+// HealthErrorBytes is the size of the error message each flow of a
+// Config.Health load reports.
+const HealthErrorBytes = 200
+
+// errorMessage is the message of every error of a Config.Health load.
+var errorMessage = strings.Repeat("x", HealthErrorBytes)
+
+// healthOf returns the health of report round of the flows: the rows each
+// processed, growing round after round, and one error.
+func (p *payloads) healthOf(flows []flowstate.Flow, round uint64) flowstate.Health {
+	round %= Rounds
+	h := flowstate.Health{HasProcessedRows: true, HasLastErrors: true, Flows: make([]flowstate.FlowHealth, len(flows))}
+	for k, f := range flows {
+		h.Flows[k] = flowstate.FlowHealth{ID: f.ID, Has: flowstate.HasProcessedRows | flowstate.HasLastErrors,
+			ProcessedRows: 1000 * (round + 1),
+			LastErrors:    []flowstate.FlowError{{Time: f.LastExecTime, Message: errorMessage}}}
+	}
+	return h
 }
 
 // flowsOf appends the flows of report round of node i to dst.
@@ -84,7 +111,7 @@ func (p *payloads) body(scratch *[]byte, r *codec.Report, i int, round uint64) [
 
 // ReportSize returns the bytes of one report of cfg's last node.
 func ReportSize(cfg Config) int {
-	p := payloads{first: cfg.FirstNode, flows: cfg.Flows}
+	p := payloads{first: cfg.FirstNode, flows: cfg.Flows, health: cfg.Health}
 	var r codec.Report
 	return len(codec.AppendReport(nil, p.report(&r, cfg.Nodes-1, 0)))
 }

@@ -156,6 +156,44 @@ func (s *Store) startOverReturned(ctx context.Context, w *watching, ep epochAt) 
 	return errStartOver
 }
 
+// startOverWentBack returns errStartOver, once a new kept epoch is
+// started, if the epoch key, ep, names another epoch than the watch's last
+// write (its mark) and was written before it: epochs only ever move on, and
+// a new one's key is written after every write of the one it replaces, so
+// a key older than a write the watch applied in another epoch is a store
+// that went back to a copy taken before that write (a copy of an epoch the
+// watch never saw, or saw before it was restarted). A key written after the
+// mark, by time, on a stream that numbers from below it is the epoch that a
+// worker started once the store went back (or a bucket made again): the
+// watch follows it, and forgets a mark of a history the store no longer
+// holds.
+func (s *Store) startOverWentBack(ctx context.Context, w *watching, ep epochAt) error {
+	mark := w.mark
+	if mark.seq == 0 || mark.epoch == ep.name || ep.seq >= mark.seq {
+		return nil
+	}
+	lctx, cancel := s.opContext(ctx)
+	m, err := s.legacy.GetLastMsg(s.stream, s.subject(s.cfg.EpochKey), nats.Context(lctx))
+	cancel()
+	if err != nil || string(m.Data) != ep.name {
+		// Behind, or moved on meanwhile: read it again after a while.
+		if err := clock.Sleep(ctx, s.cfg.Clock, s.cfg.CheckInterval); err != nil {
+			return err
+		}
+		return errStartOver
+	}
+	if !m.Time.Before(mark.time) {
+		w.mark = watermark{}
+		return nil
+	}
+	why := fmt.Sprintf("the epoch key names epoch %s, written at revision %d, before revision %d that this worker applied in epoch %s: the store went back to an older copy",
+		ep.name, m.Sequence, mark.seq, mark.epoch)
+	if err := s.startKeptEpoch(ctx, ep.name, m.Sequence, why); err != nil {
+		return err
+	}
+	return errStartOver
+}
+
 // startKeptEpoch replaces epoch, whose key's write is epochSeq, with a new
 // epoch that keeps the stream's content, unless another worker has
 // replaced it first (the write is conditional on the key's last write).

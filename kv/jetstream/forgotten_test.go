@@ -179,3 +179,71 @@ func TestAStoreThatForgotStartsANewEpochFromWhatItHolds(t *testing.T) {
 	assert.Equal(t, reset.Revision.Epoch, ep)
 	assert.Zero(t, other.Forgets())
 }
+
+// TestAWatchStartedAfterAnEpochChangeFollowsNoStoreThatWentBackBeforeIt: a
+// store's first epoch holds k1 and k2, and the server's store folder is
+// copied; the bucket is wiped, and a second epoch begins; a store opened
+// only then (as a worker restarted since) writes k3 to k5 and its watch
+// delivers them. The server comes back with the copy, which names the
+// first epoch, an epoch this watch never saw: its key was written before
+// the last write the watch applied, so the store went back, and the watch
+// starts a kept epoch instead of following the first one, whose revisions
+// past the copy were served before.
+func TestAWatchStartedAfterAnEpochChangeFollowsNoStoreThatWentBackBeforeIt(t *testing.T) {
+	srv := startRestartable(t)
+	reconnecting := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
+	cfg := jetstream.Config{Storage: "file", CheckInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond}
+	first := openStore(t, connectTo(t, srv.srv), cfg)
+	cfg.Bucket = first.Bucket()
+	for _, k := range []string{"k1", "k2"} {
+		_, err := first.Put(t.Context(), k, []byte("first"))
+		require.NoError(t, err)
+	}
+	firstEpoch, err := first.Epoch(t.Context())
+	require.NoError(t, err)
+	first.Close()
+
+	srv.stop()
+	backup := srv.copyStore(t)
+	srv.start(t)
+	js, err := connectTo(t, srv.srv).JetStream()
+	require.NoError(t, err)
+	require.NoError(t, js.PurgeStream("KV_"+cfg.Bucket), "the bucket is wiped")
+
+	st := openStore(t, connectTo(t, srv.srv, reconnecting...), cfg)
+	rec := kvtest.Watch(t, st)
+	var last kv.Revision
+	for _, k := range []string{"k3", "k4", "k5"} {
+		last, err = st.Put(t.Context(), k, []byte("second"))
+		require.NoError(t, err)
+	}
+	rec.Await(t, "the watch delivers k5", func(ev []kv.Event) bool { return kvtest.Delivered(ev, last.Seq) })
+	secondEpoch := last.Epoch
+	require.NotEqual(t, firstEpoch, secondEpoch, "the wipe began another epoch")
+
+	srv.stop()
+	srv.restore(t, backup)
+	before := len(rec.Events())
+	srv.start(t)
+
+	kept := func(ev []kv.Event) (kv.Event, bool) {
+		for _, e := range ev[before:] {
+			if e.Op == kv.OpReset && e.Revision.Epoch != firstEpoch && e.Revision.Epoch != secondEpoch {
+				return e, true
+			}
+		}
+		return kv.Event{}, false
+	}
+	events := rec.Await(t, "a kept epoch", func(ev []kv.Event) bool { _, ok := kept(ev); return ok })
+	reset, _ := kept(events)
+	assert.True(t, strings.HasSuffix(reset.Revision.Epoch, "-kept"), reset.Revision.Epoch)
+	for _, e := range events[before:] {
+		assert.False(t, e.Op == kv.OpReset && e.Revision.Epoch == firstEpoch, "the watch never follows the first epoch back")
+	}
+	assert.Equal(t, uint64(1), st.Forgets())
+	events = rec.Await(t, "the kept epoch's content", func(ev []kv.Event) bool {
+		e, _ := kept(ev)
+		return kvtest.Count(ev[before:], kv.OpSynced) > 0 && e.Revision.Epoch != "" && kvtest.State(ev, "k")["k1"] != ""
+	})
+	assert.Equal(t, map[string]string{"k1": "first", "k2": "first"}, kvtest.State(events, "k"), "what the restored store holds")
+}

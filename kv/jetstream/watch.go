@@ -70,6 +70,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 	if err := s.startOverReturned(ctx, w, ep); err != nil {
 		return err
 	}
+	if err := s.startOverWentBack(ctx, w, ep); err != nil {
+		return err
+	}
 	if err := s.startOverForgotten(ctx, w, epoch); err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-
 	"fmt"
 	"maps"
 	"math"
@@ -22,103 +21,142 @@ import (
 // about 36).
 const maxChunks = 1 << 20
 
-// getChunked sends a get with Flow-State-Chunks: 1 and joins the chunks of
-// the reply on a private inbox, bounded by ctx and the client's timeout.
-// chunked reports whether the worker answered in chunks (it speaks v2); a
-// single reply without Flow-State-Chunk is a v1 worker's, taken as is.
-func (c *Client) getChunked(ctx context.Context) (s State, chunked bool, err error) {
+// getChunks sends a get of view (protocol.ViewSeed: no Flow-State-View
+// header) with Flow-State-Chunks: 1 and passes the messages of the reply,
+// on a private inbox, to take in order until take says one was the last;
+// bounded by ctx and the client's timeout. A reply with the service error
+// headers returns a *ServiceError; no worker listening, an error wrapping
+// ErrNoWorker.
+func (c *Client) getChunks(ctx context.Context, view string, take func(*nats.Msg) (last bool, err error)) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
-		return State{}, false, fmt.Errorf("client: %s: %w", c.getSubject, err)
+		return fmt.Errorf("client: %s: %w", c.getSubject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	req := nats.NewMsg(c.getSubject)
 	req.Reply = inbox
 	req.Header.Set(protocol.HeaderChunks, "1")
-	if err := c.nc.PublishMsg(req); err != nil {
-		return State{}, false, fmt.Errorf("client: %s: %w", c.getSubject, err)
+	if view != protocol.ViewSeed {
+		req.Header.Set(protocol.HeaderView, view)
 	}
-	var j joiner
+	if err := c.nc.PublishMsg(req); err != nil {
+		return fmt.Errorf("client: %s: %w", c.getSubject, err)
+	}
 	for {
 		msg, err := sub.NextMsgWithContext(ctx)
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			return State{}, false, fmt.Errorf("%w on %s (%w)", ErrNoWorker, c.getSubject, err)
+			return fmt.Errorf("%w on %s (%w)", ErrNoWorker, c.getSubject, err)
 		case err != nil:
-			return State{}, false, fmt.Errorf("client: %s: %w", c.getSubject, err)
+			return fmt.Errorf("client: %s: %w", c.getSubject, err)
 		}
 		if code := msg.Header.Get(protocol.HeaderErrorCode); code != "" {
 			n, _ := strconv.Atoi(code)
-			return State{}, false, &ServiceError{Subject: c.getSubject, Code: n, Reason: msg.Header.Get(protocol.HeaderError)}
+			return &ServiceError{Subject: c.getSubject, Code: n, Reason: msg.Header.Get(protocol.HeaderError)}
 		}
-		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
-			s, err := decodeState(msg)
-			return s, false, err
-		}
-		done, err := j.add(msg)
-		if err != nil {
-			return State{}, true, err
-		}
-		if done {
-			return j.state(), true, nil
+		if last, err := take(msg); last || err != nil {
+			return err
 		}
 	}
 }
 
-// joiner joins the chunks of one snapshot.
-type joiner struct {
+// getChunked takes a chunked snapshot of GreptimeDB's value. chunked
+// reports whether the worker answered in chunks (it speaks v2); a single
+// reply without Flow-State-Chunk is a v1 worker's, taken as is.
+func (c *Client) getChunked(ctx context.Context) (s State, chunked bool, err error) {
+	var j chunkSeq
+	var value flowstate.FlowStateValue
+	err = c.getChunks(ctx, protocol.ViewSeed, func(msg *nats.Msg) (bool, error) {
+		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
+			s, err = decodeState(msg)
+			return true, err
+		}
+		chunked = true
+		val, last, err := nextChunk(&j, msg, codec.DecodeAggregate, idRange)
+		switch {
+		case err != nil:
+			return false, err
+		case j.i == 1:
+			value = val
+		default:
+			maps.Copy(value.StateSize, val.StateSize)
+			maps.Copy(value.LastExecTimeMap, val.LastExecTimeMap)
+			maps.Copy(value.StartTimeMap, val.StartTimeMap)
+		}
+		if last {
+			s = State{Version: j.version, Value: value}
+		}
+		return last, nil
+	})
+	if err != nil {
+		return State{}, chunked, err
+	}
+	return s, chunked, nil
+}
+
+// chunkSeq checks that the chunks of one snapshot come in order, all of
+// one version, each with flow ids above the chunk before.
+type chunkSeq struct {
 	version flowstate.Version
-	i, n    int // chunks received, and announced
-	value   flowstate.FlowStateValue
+	i, n    int   // chunks received, and announced
 	last    int64 // the highest flow id so far; -1 before the first
 }
 
-// add takes the next chunk and reports whether it was the last.
-func (j *joiner) add(msg *nats.Msg) (bool, error) {
+// nextChunk checks that msg is the next chunk of j, decodes its body with
+// decode and checks that its flow ids, which ids tells, ascend past the
+// chunks before; last says it is the last chunk.
+func nextChunk[V any](j *chunkSeq, msg *nats.Msg, decode func([]byte) (V, error), ids func(V) (lo, hi int64)) (v V, last bool, err error) {
+	i, n, err := j.next(msg)
+	if err != nil {
+		return v, false, err
+	}
+	if v, err = decode(msg.Data); err != nil {
+		return v, false, fmt.Errorf("%w: chunk %d/%d: %w", ErrBadReply, i, n, err)
+	}
+	if err := j.ascend(ids(v)); err != nil {
+		return v, false, err
+	}
+	return v, i == n, nil
+}
+
+// next checks that msg is the next chunk and returns its index and the
+// number of chunks.
+func (j *chunkSeq) next(msg *nats.Msg) (i, n int, err error) {
 	v, err := parseVersion(msg.Header)
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
-	i, n, err := parseChunk(msg.Header.Get(protocol.HeaderChunk))
+	i, n, err = parseChunk(msg.Header.Get(protocol.HeaderChunk))
 	if err != nil {
-		return false, err
+		return 0, 0, err
 	}
 	if j.n == 0 {
 		j.version, j.n, j.last = v, n, -1
 	}
 	switch {
 	case v != j.version:
-		return false, fmt.Errorf("%w: chunk %d/%d is of %s revision %d, chunk 1 of %s revision %d", ErrBadReply, i, n, v.Epoch, v.Revision, j.version.Epoch, j.version.Revision)
+		return 0, 0, fmt.Errorf("%w: chunk %d/%d is of %s revision %d, chunk 1 of %s revision %d", ErrBadReply, i, n, v.Epoch, v.Revision, j.version.Epoch, j.version.Revision)
 	case n != j.n || i != j.i+1:
-		return false, fmt.Errorf("%w: chunk %d/%d after chunk %d/%d", ErrBadReply, i, n, j.i, j.n)
+		return 0, 0, fmt.Errorf("%w: chunk %d/%d after chunk %d/%d", ErrBadReply, i, n, j.i, j.n)
 	}
-	val, err := codec.DecodeAggregate(msg.Data)
-	if err != nil {
-		return false, fmt.Errorf("%w: chunk %d/%d: %w", ErrBadReply, i, n, err)
-	}
-	lo, hi := idRange(val)
+	j.i = i
+	return i, n, nil
+}
+
+// ascend checks that the chunk just taken, whose flow ids span lo..hi
+// ((MaxInt64, -1) when it has none), starts above the chunks before.
+func (j *chunkSeq) ascend(lo, hi int64) error {
 	if lo <= j.last {
-		return false, fmt.Errorf("%w: chunk %d/%d starts at flow %d, at or below the previous chunk's %d", ErrBadReply, i, n, lo, j.last)
+		return fmt.Errorf("%w: chunk %d/%d starts at flow %d, at or below the previous chunk's %d", ErrBadReply, j.i, j.n, lo, j.last)
 	}
 	if hi >= 0 {
 		j.last = hi
 	}
-	if j.i == 0 {
-		j.value = val
-	} else {
-		maps.Copy(j.value.StateSize, val.StateSize)
-		maps.Copy(j.value.LastExecTimeMap, val.LastExecTimeMap)
-		maps.Copy(j.value.StartTimeMap, val.StartTimeMap)
-	}
-	j.i = i
-	return i == n, nil
+	return nil
 }
-
-// state returns the joined snapshot.
-func (j *joiner) state() State { return State{Version: j.version, Value: j.value} }
 
 // idRange returns the lowest and highest flow id of v, (MaxInt64, -1) when
 // empty.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +32,13 @@ type Options struct {
 	// value) follows deltas when the worker speaks v2, WatchV1 and WatchV2
 	// force one way.
 	WatchMode WatchMode
+	// Unnumbered turns off the numbering of reports: Send and Publish then
+	// send each report exactly as given, with no node_epoch when its
+	// NodeEpoch is 0 and no seq unless its Health has one, and the worker
+	// applies each in arrival order, as in protocol v2. By default (false)
+	// the Client numbers every report it sends (see Report), so that a
+	// report delayed in the network never replaces a later one.
+	Unnumbered bool
 }
 
 // WatchMode says how Watch follows the state.
@@ -70,6 +78,11 @@ type Client struct {
 	timeout   time.Duration
 	watchMode WatchMode
 
+	// epoch is the node_epoch of the reports the Client numbers, 0 when
+	// unnumbered; seq the seq of the report it numbered last.
+	epoch uint64
+	seq   atomic.Uint64
+
 	hbPrefix     string // <prefix>.heartbeat.
 	stateSubject string // <prefix>.state
 	deltaSubject string // <prefix>.state.delta
@@ -91,7 +104,7 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Client{
+	c := &Client{
 		nc:           nc,
 		timeout:      opts.Timeout,
 		watchMode:    opts.WatchMode,
@@ -99,8 +112,34 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 		hbPrefix:     opts.Prefix + ".heartbeat.",
 		stateSubject: opts.Prefix + ".state",
 		getSubject:   opts.Prefix + ".state.get",
-	}, nil
+	}
+	if !opts.Unnumbered {
+		c.epoch = newEpoch(time.Now())
+	}
+	return c, nil
 }
+
+// lastEpoch is the node_epoch of the Client of this process created last.
+var lastEpoch atomic.Uint64
+
+// newEpoch returns the node_epoch of a new Client: now in unix ms, or one
+// more than the previous Client's when that is not later, so that no two
+// Clients of one process share an epoch.
+func newEpoch(now time.Time) uint64 {
+	ms := uint64(max(now.UnixMilli(), 1))
+	for {
+		last := lastEpoch.Load()
+		e := max(ms, last+1)
+		if lastEpoch.CompareAndSwap(last, e) {
+			return e
+		}
+	}
+}
+
+// NodeEpoch returns the node_epoch the Client gives the reports it numbers
+// (its creation time in unix ms), or 0 for a Client with
+// Options.Unnumbered.
+func (c *Client) NodeEpoch() uint64 { return c.epoch }
 
 // HeartbeatSubject returns the subject node nodeID reports on.
 func (c *Client) HeartbeatSubject(nodeID uint64) string {

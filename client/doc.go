@@ -5,7 +5,16 @@
 //     acknowledgement, Client.Send as a request that returns once the worker
 //     has applied it, with the state's version (its epoch and revision). A
 //     report the worker rejects returns a *ServiceError with code 400 and the
-//     worker's reason.
+//     worker's reason. Every report carries, unless the caller set them, the
+//     Client's node_epoch (its creation time, unix ms: a restarted process
+//     has another) and a seq strictly greater than any the Client gave
+//     before (protocol v3), so that a report delayed in the network never
+//     replaces a later one of the same Client: the worker refuses it as
+//     stale (ErrStale, code 409, from Send; a published one is dropped).
+//     One Client per flownode process, its reports sent one after the
+//     other, gets that guarantee without a line of code; a Send that timed
+//     out is retried with a new seq. Options.Unnumbered sends reports
+//     exactly as given instead, as protocol v2 does.
 //   - A frontend reads the aggregate: Client.Get takes a snapshot of any
 //     size (a chunked get of protocol v2, joined and decoded into a
 //     flowstate.FlowStateValue, with its version), Client.GetJSON the exact
@@ -16,7 +25,11 @@
 //     of an older one), then takes a snapshot, and yields states in revision
 //     order, never twice and never backwards, each with the flows that
 //     changed, taking a new snapshot when it missed a delta or the epoch
-//     changed.
+//     changed. Client.GetStats reads the flow stats of protocol v3 (per
+//     flow the most rows any node processed and the newest errors over the
+//     nodes) of any size, in chunks, as a flowstate.StatsView whose
+//     AppendJSON is the worker's JSON of the view; Client.GetStatsJSON takes
+//     those bytes from the worker in one message.
 //
 // The load generator of `worker bench` and the load test is not part of the
 // client API: it is internal/loadgen, built on this package.

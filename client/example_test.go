@@ -48,9 +48,11 @@ func ExampleClient_Send() {
 	if err != nil {
 		panic(err)
 	}
+	// The Client numbers the report (node_epoch: its creation time; seq:
+	// its next), so that this report, were it delayed in the network, could
+	// never replace a later one of this process.
 	v, err := c.Send(ctx, client.Report{
-		NodeID:    1,
-		NodeEpoch: 1700000000000,
+		NodeID: 1,
 		Value: flowstate.FlowStateValue{
 			StateSize:       map[flowstate.FlowID]uint64{7: 1024, 8: 4096},
 			LastExecTimeMap: map[flowstate.FlowID]int64{7: 1700000060000},
@@ -80,6 +82,49 @@ func ExampleClient_Send() {
 	// Output:
 	// applied at revision 1
 	// rejected with code 400
+}
+
+// A flownode reports its flows' health (protocol v3), and a frontend reads
+// the flow stats: per flow the most rows any node processed and the newest
+// errors over the nodes, of any size, as values and as the worker's JSON.
+func ExampleClient_GetStats() {
+	nc, stop := demo(consumer.Config{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(nc, client.Options{})
+	if err != nil {
+		panic(err)
+	}
+	_, err = c.Send(ctx, client.Report{
+		NodeID: 7,
+		Value:  flowstate.FlowStateValue{StateSize: map[flowstate.FlowID]uint64{1: 1024}},
+		Health: flowstate.Health{
+			HasProcessedRows: true,
+			HasLastErrors:    true,
+			Flows: []flowstate.FlowHealth{{
+				ID:            1,
+				Has:           flowstate.HasProcessedRows | flowstate.HasLastErrors,
+				ProcessedRows: 52000,
+				LastErrors:    []flowstate.FlowError{{Time: 1700000000000, Message: "sink table missing"}},
+			}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	view, v, err := c.GetStats(ctx)
+	if err != nil {
+		panic(err)
+	}
+	for _, s := range view.Stats {
+		fmt.Println("revision", v.Revision, "flow", s.ID, "rows", s.ProcessedRows, "last error", s.LastErrors[0].Message, "on node", s.LastErrors[0].NodeID)
+	}
+	fmt.Println(string(view.AppendJSON(nil)))
+	// Output:
+	// revision 1 flow 1 rows 52000 last error sink table missing on node 7
+	// {"state_size":{"1":1024},"last_exec_time_map":{},"start_time_map":{},"processed_rows":{"1":52000},"last_errors":{"1":[{"time":1700000000000,"node_id":7,"message":"sink table missing"}]}}
 }
 
 // A frontend reads the aggregate once.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"mime"
 	"slices"
 
@@ -99,11 +100,69 @@ func mediaType(h nats.Header) string {
 	return mt
 }
 
+// GetStats returns the worker's flow stats (protocol v3, the stats view:
+// GreptimeDB's aggregate, and per flow the most rows any node processed and
+// its newest errors over the nodes, each with its node) as values, with
+// their version, for a view of any size: it asks for the view in chunks
+// (Flow-State-View: stats with Flow-State-Chunks: 1) and joins them, all of
+// one version, in order, within the client's timeout, as Get does for
+// GreptimeDB's value. The view's AppendJSON (or MarshalJSON) is, byte for
+// byte, what GetStatsJSON returns for the same revision. A worker that
+// predates v3 ignores the view and answers GreptimeDB's value, which comes
+// back with no Stats. A chunk that breaks the protocol returns an error
+// wrapping ErrBadReply; the other errors are Get's.
+func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.Version, error) {
+	var j chunkSeq
+	var view flowstate.StatsView
+	var version flowstate.Version
+	err := c.getChunks(ctx, protocol.ViewStats, func(msg *nats.Msg) (bool, error) {
+		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
+			// One message without a chunk header: a worker that predates v2.
+			v, err := parseVersion(msg.Header)
+			if err != nil {
+				return false, err
+			}
+			if view, err = codec.DecodeStats(msg.Data); err != nil {
+				return false, fmt.Errorf("%w: %w", ErrBadReply, err)
+			}
+			version = v
+			return true, nil
+		}
+		part, last, err := nextChunk(&j, msg, codec.DecodeStats, statsRange)
+		if err != nil {
+			return false, err
+		}
+		view.Flows = append(view.Flows, part.Flows...)
+		view.Stats = append(view.Stats, part.Stats...)
+		version = j.version
+		return last, nil
+	})
+	if err != nil {
+		return flowstate.StatsView{}, flowstate.Version{}, err
+	}
+	return view, version, nil
+}
+
+// statsRange returns the lowest and highest flow id of v, (MaxInt64, -1)
+// when empty. v's slices are sorted by ID.
+func statsRange(v flowstate.StatsView) (lo, hi int64) {
+	lo, hi = math.MaxInt64, -1
+	if len(v.Flows) > 0 {
+		lo, hi = int64(v.Flows[0].ID), int64(v.Flows[len(v.Flows)-1].ID)
+	}
+	if len(v.Stats) > 0 {
+		lo, hi = min(lo, int64(v.Stats[0].ID)), max(hi, int64(v.Stats[len(v.Stats)-1].ID))
+	}
+	return lo, hi
+}
+
 // GetStatsJSON returns the worker's flow stats (protocol v3, the stats
 // view: the aggregate, and per flow the processed rows and the newest
 // errors over the nodes) as the JSON bytes PROTOCOL.md gives, with their
-// version, in one message: a view past the connection's max payload
-// returns a *ServiceError 413. Its other errors are Get's.
+// version, as the worker writes them, in one message: a view past the
+// connection's max payload returns a *ServiceError 413 (GetStats reads a
+// view of any size, and its AppendJSON gives the same bytes). Its other
+// errors are Get's.
 func (c *Client) GetStatsJSON(ctx context.Context) ([]byte, flowstate.Version, error) {
 	reply, err := c.request(ctx, &nats.Msg{Subject: c.getSubject, Header: nats.Header{
 		protocol.HeaderView: {protocol.ViewStats}, protocol.HeaderAccept: {protocol.ContentTypeJSON}}})

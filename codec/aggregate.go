@@ -21,7 +21,7 @@ func AppendAggregate(dst []byte, flows []flowstate.Flow) []byte {
 func DecodeAggregate(data []byte) (flowstate.FlowStateValue, error) {
 	var d Decoder
 	var r Report
-	if err := d.decode(data, &r, true); err != nil {
+	if err := d.decode(data, &r, bodyAggregate); err != nil {
 		return flowstate.FlowStateValue{}, err
 	}
 	return r.Value(), nil

@@ -42,7 +42,22 @@ type Decoder struct {
 	// the two runs.
 	healthRun int
 	htmp      []flowstate.FlowHealth
+	// stats and statsErrs are what DecodeStats reads of the stats view's
+	// processed_rows and last_errors: its flows in the order read, and the
+	// backing store of their error lists.
+	stats     []flowstate.FlowStats
+	statsErrs []flowstate.StatsError
 }
+
+// body is the kind of msgpack map a Decoder reads: a report, or one of the
+// views that share its maps.
+type bodyKind uint8
+
+const (
+	bodyReport    bodyKind = iota
+	bodyAggregate          // GreptimeDB's value: the three maps only
+	bodyStats              // the stats view: the three maps, processed_rows and last_errors
+)
 
 // DefaultMaxUnknownFields is the limit on unknown fields of a Decoder
 // whose MaxUnknownFields is 0. A flownode sends five known fields; newer
@@ -81,14 +96,14 @@ var fieldNames = [...]string{
 	fieldSeq:           "seq",
 }
 
-func fieldOf(name []byte, aggregate bool) field {
+func fieldOf(name []byte, kind bodyKind) field {
 	switch string(name) {
 	case "node_id":
-		if !aggregate {
+		if kind == bodyReport {
 			return fieldNodeID
 		}
 	case "node_epoch":
-		if !aggregate {
+		if kind == bodyReport {
 			return fieldNodeEpoch
 		}
 	case "state_size":
@@ -98,15 +113,15 @@ func fieldOf(name []byte, aggregate bool) field {
 	case "start_time_map":
 		return fieldStartTime
 	case "processed_rows":
-		if !aggregate {
+		if kind != bodyAggregate {
 			return fieldProcessedRows
 		}
 	case "last_errors":
-		if !aggregate {
+		if kind != bodyAggregate {
 			return fieldLastErrors
 		}
 	case "seq":
-		if !aggregate {
+		if kind == bodyReport {
 			return fieldSeq
 		}
 	}
@@ -118,13 +133,13 @@ func fieldOf(name []byte, aggregate bool) field {
 // data. A rejected report returns a *DecodeError, which wraps
 // ErrInvalidReport, and leaves r empty.
 func (d *Decoder) Decode(data []byte, r *Report) error {
-	if err := d.decode(data, r, false); err != nil {
+	if err := d.decode(data, r, bodyReport); err != nil {
 		return err
 	}
 	return nil
 }
 
-func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
+func (d *Decoder) decode(data []byte, r *Report, kind bodyKind) *DecodeError {
 	flows := r.Flows[:0]
 	r.reset(flows)
 	d.ents, d.entsBit = d.ents[:0], 0
@@ -132,7 +147,7 @@ func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
 	d.names = d.names[:0]
 	d.healthRun = 0
 	defer d.settle()
-	err := d.parse(data, r, aggregate)
+	err := d.parse(data, r, kind)
 	if err == nil {
 		if len(d.union) == len(d.ents) {
 			r.Flows = append(flows, d.union...)
@@ -142,18 +157,22 @@ func (d *Decoder) decode(data []byte, r *Report, aggregate bool) *DecodeError {
 		} else {
 			r.Flows = merge(flows, d.union, d.ents, d.entsBit)
 		}
-		err = d.joinHealth(r)
+		if kind == bodyStats {
+			err = d.joinStats()
+		} else {
+			err = d.joinHealth(r)
+		}
 	}
 	if err != nil {
 		r.reset(flows)
-		err.aggregate = aggregate
+		err.body = kind
 		return err
 	}
 	return nil
 }
 
 // parse reads the report map, leaving its flows in d.union and d.ents.
-func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
+func (d *Decoder) parse(b []byte, r *Report, kind bodyKind) *DecodeError {
 	if len(b) == 0 {
 		return newError("", KindEmpty, "empty body")
 	}
@@ -171,7 +190,7 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 		if st != ok {
 			return scanError("", st, codeAt(b, i), "a string field name")
 		}
-		f := fieldOf(name, aggregate)
+		f := fieldOf(name, kind)
 		if f != fieldUnknown {
 			if seen&(1<<f) != 0 {
 				return newError(fieldNames[f], KindDuplicateField, "named twice")
@@ -192,7 +211,11 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 		case fieldStateSize, fieldLastExecTime, fieldStartTime:
 			j, err = d.flowMap(b, j, f)
 		case fieldProcessedRows, fieldLastErrors:
-			j, err = d.healthMap(b, j, f, r)
+			if kind == bodyStats {
+				j, err = d.statsMap(b, j, f)
+			} else {
+				j, err = d.healthMap(b, j, f, r)
+			}
 		case fieldSeq:
 			if j < len(b) && b[j] == codeNil {
 				j++
@@ -219,7 +242,7 @@ func (d *Decoder) parse(b []byte, r *Report, aggregate bool) *DecodeError {
 	if i != len(b) {
 		return newError("", KindTrailingBytes, strconv.Itoa(len(b)-i)+" bytes after the report")
 	}
-	if !aggregate && seen&(1<<fieldNodeID) == 0 {
+	if kind == bodyReport && seen&(1<<fieldNodeID) == 0 {
 		return newError("node_id", KindMissingNodeID, "missing")
 	}
 	if name := d.duplicateName(b); name != nil {

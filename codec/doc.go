@@ -92,6 +92,9 @@
 // beyond growing the destination. AggregateLen, StatsLen and MinNodesLen
 // tell their sizes without encoding; SplitAggregate and SplitStats cut a
 // view into chunks of ascending, disjoint flow id ranges within a byte
-// budget. DecodeAggregate reads an aggregate back for
-// clients and tests.
+// budget. DecodeAggregate reads an aggregate back, and DecodeStats a stats
+// view (or a chunk of one), for clients and tests, as strictly as a report:
+// types, ranges, flow ids and the rules of an error are checked, a flow named
+// twice in a map is refused (a *DecodeError wrapping ErrInvalidAggregate or
+// ErrInvalidStats); key order, integer widths and unknown fields are free.
 package codec

@@ -11,6 +11,9 @@ var ErrInvalidReport = errors.New("codec: invalid report")
 // ErrInvalidAggregate is wrapped by every error of DecodeAggregate.
 var ErrInvalidAggregate = errors.New("codec: invalid aggregate")
 
+// ErrInvalidStats is wrapped by every error of DecodeStats.
+var ErrInvalidStats = errors.New("codec: invalid stats view")
+
 // Kind is a short, stable code for why a body was rejected, fit for a
 // metric label.
 type Kind string
@@ -40,7 +43,8 @@ const (
 )
 
 // DecodeError says why a body was rejected. It wraps ErrInvalidReport (or
-// ErrInvalidAggregate, from DecodeAggregate).
+// ErrInvalidAggregate, from DecodeAggregate, or ErrInvalidStats, from
+// DecodeStats).
 type DecodeError struct {
 	// Field is where the problem is: a field name ("node_id"), a flow in a
 	// map ("state_size[7]", with the key quoted when it is a string that is
@@ -53,7 +57,7 @@ type DecodeError struct {
 	// Reason says what is wrong, in a few words.
 	Reason string
 
-	aggregate bool
+	body bodyKind // what was decoded
 }
 
 // Error returns one line: "codec: " and the field, if any, and the reason.
@@ -65,10 +69,13 @@ func (e *DecodeError) Error() string {
 }
 
 // Unwrap returns ErrInvalidReport, or ErrInvalidAggregate for an error of
-// DecodeAggregate.
+// DecodeAggregate, or ErrInvalidStats for one of DecodeStats.
 func (e *DecodeError) Unwrap() error {
-	if e.aggregate {
+	switch e.body {
+	case bodyAggregate:
 		return ErrInvalidAggregate
+	case bodyStats:
+		return ErrInvalidStats
 	}
 	return ErrInvalidReport
 }

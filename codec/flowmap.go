@@ -19,12 +19,9 @@ var fieldBits = [...]flowstate.Fields{
 // the map read before it into d.union.
 func (d *Decoder) flowMap(b []byte, i int, f field) (int, *DecodeError) {
 	name := fieldNames[f]
-	if i < len(b) && b[i] == codeNil {
-		return i + 1, nil
-	}
-	n, i, st := mapLenAt(b, i)
-	if st != ok {
-		return i, scanError(name, st, codeAt(b, i), "a map")
+	n, present, i, err := fieldMap(b, i, name)
+	if err != nil || !present {
+		return i, err
 	}
 	if n == 0 {
 		return i, nil
@@ -94,6 +91,28 @@ func (d *Decoder) flowMap(b []byte, i int, f field) (int, *DecodeError) {
 	}
 	d.ents, d.entsBit = ents, fieldBits[f]
 	return i, nil
+}
+
+// fieldMap reads the header of the map that is the value of field name: a
+// nil is an absent map (present false), and anything else but a map an
+// error.
+func fieldMap(b []byte, i int, name string) (n uint64, present bool, next int, err *DecodeError) {
+	if i < len(b) && b[i] == codeNil {
+		return 0, false, i + 1, nil
+	}
+	n, next, st := mapLenAt(b, i)
+	if st != ok {
+		return 0, false, next, scanError(name, st, codeAt(b, i), "a map")
+	}
+	return n, true, next, nil
+}
+
+// mapFlowID reads the flow id key of an entry of the map named name.
+func mapFlowID(b []byte, i int, name string) (uint64, int, *DecodeError) {
+	if id, j, fast := uintFast(b, i); fast && id <= math.MaxUint32 {
+		return id, j, nil
+	}
+	return flowIDAt(b, i, name)
 }
 
 // flowIDAt reads a flow id that is not a positive fixint: an integer in

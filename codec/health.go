@@ -27,12 +27,9 @@ const maxInterned = 4096
 // and joined with the other map's at the end of the report (joinHealth).
 func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeError) {
 	name := fieldNames[f]
-	if i < len(b) && b[i] == codeNil {
-		return i + 1, nil
-	}
-	n, i, st := mapLenAt(b, i)
-	if st != ok {
-		return i, scanError(name, st, codeAt(b, i), "a map")
+	n, present, i, err := fieldMap(b, i, name)
+	if err != nil || !present {
+		return i, err
 	}
 	h := &r.Health
 	if f == fieldProcessedRows {
@@ -47,20 +44,15 @@ func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeEr
 	d.healthRun = start // the second map's run, when the first had flows
 	sorted := true
 	for ; n > 0; n-- {
-		id, j, fast := uintFast(b, i)
-		if fast && id <= math.MaxUint32 {
-			i = j
-		} else {
-			var err *DecodeError
-			if id, i, err = flowIDAt(b, i, name); err != nil {
-				return i, err
-			}
+		id, j, err := mapFlowID(b, i, name)
+		if err != nil {
+			return j, err
 		}
+		i = j
 		if k := len(h.Flows); k > start && uint64(h.Flows[k-1].ID) >= id {
 			sorted = false
 		}
 		fh := flowstate.FlowHealth{ID: flowstate.FlowID(id), Has: healthBits[f]}
-		var err *DecodeError
 		if f == fieldProcessedRows {
 			v, j, fast := uintFast(b, i)
 			if !fast {
@@ -69,7 +61,7 @@ func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeEr
 			}
 			fh.ProcessedRows, i = v, j
 		} else {
-			fh.LastErrors, i, err = d.errorList(b, i, id, r)
+			fh.LastErrors, i, err = errorList(d, b, i, id, false, &r.errs, reportError)
 		}
 		if err != nil {
 			return i, err
@@ -94,8 +86,10 @@ func arrayLenAt(b []byte, i int) (n uint64, next int, st status) {
 	return lenAt(b, i, codeFixArray, codeArray16, codeArray32)
 }
 
-// errorList reads one flow's array of errors, its items kept in r.errs.
-func (d *Decoder) errorList(b []byte, i int, id uint64, r *Report) ([]flowstate.FlowError, int, *DecodeError) {
+// errorList reads flow id's array of errors: each read by errorMap (with
+// node_id when withNode), converted by conv and appended to *store, the
+// backing store of the lists read before; it returns them.
+func errorList[E any](d *Decoder, b []byte, i int, id uint64, withNode bool, store *[]E, conv func(flowstate.StatsError) E) ([]E, int, *DecodeError) {
 	n, i, st := arrayLenAt(b, i)
 	if st != ok {
 		return nil, i, scanError(flowPath("last_errors", id), st, codeAt(b, i), "an array of errors")
@@ -103,76 +97,99 @@ func (d *Decoder) errorList(b []byte, i int, id uint64, r *Report) ([]flowstate.
 	if n > flowstate.MaxFlowErrors {
 		return nil, i, newError(flowPath("last_errors", id), KindBadError, strconv.FormatUint(n, 10)+" errors, at most "+strconv.Itoa(flowstate.MaxFlowErrors))
 	}
-	start := len(r.errs)
-	for k := 0; k < int(n); k++ {
-		var e flowstate.FlowError
-		var err *DecodeError
-		if e, i, err = d.flowError(b, i); err != nil {
-			err.Field = flowPath("last_errors", id) + "[" + strconv.Itoa(k) + "]" + err.Field
-			return nil, i, err
+	start := len(*store)
+	for k := range int(n) {
+		e, j, err := d.errorMap(b, i, id, k, withNode)
+		if err != nil {
+			return nil, j, err
 		}
-		r.errs = append(r.errs, e)
+		*store, i = append(*store, conv(e)), j
 	}
-	return r.errs[start:len(r.errs):len(r.errs)], i, nil
+	all := *store
+	return all[start:len(all):len(all)], i, nil
 }
 
-// flowError reads one error map: time and message required, other keys
-// ignored. An error's Field is relative to the map: "", ".time" or
-// ".message".
-func (d *Decoder) flowError(b []byte, i int) (flowstate.FlowError, int, *DecodeError) {
-	const path = ""
-	var e flowstate.FlowError
+// reportError is a report's error: a stats view's without the node.
+func reportError(e flowstate.StatsError) flowstate.FlowError {
+	return flowstate.FlowError{Time: e.Time, Message: e.Message}
+}
+
+// errorMap reads error k of flow id's array: time and message required, and
+// node_id too when withNode (the stats view's form; in a report, node_id is
+// a key like any unknown one); other keys ignored. The error's Field is
+// last_errors[id][k], followed by ".time", ".node_id" or ".message" for a
+// problem with that key.
+func (d *Decoder) errorMap(b []byte, i int, id uint64, k int, withNode bool) (flowstate.StatsError, int, *DecodeError) {
+	var e flowstate.StatsError
+	at := func(key string) string { // built only on error: it allocates
+		return flowPath("last_errors", id) + "[" + strconv.Itoa(k) + "]" + key
+	}
 	n, i, st := mapLenAt(b, i)
 	if st != ok {
-		return e, i, scanError(path, st, codeAt(b, i), "an error map")
+		return e, i, scanError(at(""), st, codeAt(b, i), "an error map")
 	}
-	var hasTime, hasMessage bool
+	var hasTime, hasNode, hasMessage bool
 	for ; n > 0; n-- {
 		key, j, st := strAt(b, i)
 		if st != ok {
-			return e, i, scanError(path, st, codeAt(b, i), "a string key")
+			return e, i, scanError(at(""), st, codeAt(b, i), "a string key")
 		}
 		i = j
-		switch string(key) {
-		case "time":
+		switch {
+		case string(key) == "time":
 			if hasTime {
-				return e, i, newError(path+".time", KindDuplicateField, "named twice")
+				return e, i, newError(at(".time"), KindDuplicateField, "named twice")
 			}
 			hasTime = true
 			v, neg, j, st := intAt(b, i)
 			if st != ok {
-				return e, i, scanError(path+".time", st, codeAt(b, i), "an integer")
+				return e, i, scanError(at(".time"), st, codeAt(b, i), "an integer")
 			}
 			if !neg && v > math.MaxInt64 {
-				return e, i, newError(path+".time", KindOutOfRange, "time "+strconv.FormatUint(v, 10)+" overflows int64")
+				return e, i, newError(at(".time"), KindOutOfRange, "time "+strconv.FormatUint(v, 10)+" overflows int64")
 			}
 			e.Time, i = int64(v), j
-		case "message":
+		case withNode && string(key) == "node_id":
+			if hasNode {
+				return e, i, newError(at(".node_id"), KindDuplicateField, "named twice")
+			}
+			hasNode = true
+			v, neg, j, st := intAt(b, i)
+			switch {
+			case st != ok:
+				return e, i, scanError(at(".node_id"), st, codeAt(b, i), "an unsigned integer")
+			case neg:
+				return e, i, newError(at(".node_id"), KindOutOfRange, "negative value "+strconv.FormatInt(int64(v), 10))
+			}
+			e.NodeID, i = v, j
+		case string(key) == "message":
 			if hasMessage {
-				return e, i, newError(path+".message", KindDuplicateField, "named twice")
+				return e, i, newError(at(".message"), KindDuplicateField, "named twice")
 			}
 			hasMessage = true
 			s, j, st := strAt(b, i)
 			if st != ok {
-				return e, i, scanError(path+".message", st, codeAt(b, i), "a string")
+				return e, i, scanError(at(".message"), st, codeAt(b, i), "a string")
 			}
 			if !flowstate.ValidMessage(s) {
-				return e, i, newError(path+".message", KindBadError,
+				return e, i, newError(at(".message"), KindBadError,
 					"message of "+strconv.Itoa(len(s))+" bytes: want 1 to "+strconv.Itoa(flowstate.MaxErrorMessage)+" bytes of UTF-8")
 			}
 			e.Message, i = d.intern(s), j
 		default:
-			// The error map is level 4: report, last_errors, the array, it.
+			// The error map is level 4: the body, last_errors, the array, it.
 			if i, st = skipAt(b, i, 5); st != ok {
-				return e, i, scanError(path, st, 0, "")
+				return e, i, scanError(at(""), st, 0, "")
 			}
 		}
 	}
 	switch {
 	case !hasTime:
-		return e, i, newError(path, KindBadError, "error without time")
+		return e, i, newError(at(""), KindBadError, "error without time")
+	case withNode && !hasNode:
+		return e, i, newError(at(""), KindBadError, "error without node_id")
 	case !hasMessage:
-		return e, i, newError(path, KindBadError, "error without message")
+		return e, i, newError(at(""), KindBadError, "error without message")
 	}
 	return e, i, nil
 }

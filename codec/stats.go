@@ -1,7 +1,9 @@
 package codec
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/flowstate-io/flowstate/flowstate"
 )
@@ -202,4 +204,100 @@ func SplitStats(dst []StatsChunk, flows []flowstate.Flow, stats []flowstate.Flow
 		return nil, fmt.Errorf("%w: budget %d", ErrChunkBudget, budget)
 	}
 	return append(ends, StatsChunk{Flows: len(flows), Stats: len(stats)}), nil
+}
+
+// DecodeStats decodes a stats view (PROTOCOL.md v3, Flow-State-View: stats)
+// in msgpack form, a whole view or one chunk of it, as AppendStats writes it
+// or as any other msgpack encoder may: GreptimeDB's three maps as
+// DecodeAggregate reads them, and processed_rows (flow id -> uint64) and
+// last_errors (flow id -> array of at most flowstate.MaxFlowErrors errors,
+// each a map of time, node_id and message, all three required, other keys
+// skipped, the message 1 to flowstate.MaxErrorMessage bytes of UTF-8). Keys
+// may come in any order; an absent or nil map is empty; unknown fields are
+// skipped; flow ids may be integers or canonical decimal strings, in any
+// order, each once per map. A flow whose error list is empty is left out of
+// last_errors, and out of the view's stats if it has no processed rows
+// either, as the worker writes a view. An invalid body returns a
+// *DecodeError that wraps ErrInvalidStats. The view's slices are sorted by
+// ID and share no memory with data.
+func DecodeStats(data []byte) (flowstate.StatsView, error) {
+	var d Decoder
+	var r Report
+	if err := d.decode(data, &r, bodyStats); err != nil {
+		return flowstate.StatsView{}, err
+	}
+	return flowstate.StatsView{Flows: r.Flows, Stats: d.stats}, nil
+}
+
+// statsMap reads the stats view's processed_rows or last_errors at b[i:]
+// into d.stats, each entry's Has saying which map it came from; joinStats
+// joins them once the view is read.
+func (d *Decoder) statsMap(b []byte, i int, f field) (int, *DecodeError) {
+	name := fieldNames[f]
+	n, present, i, err := fieldMap(b, i, name)
+	if err != nil || !present {
+		return i, err
+	}
+	for ; n > 0; n-- {
+		id, j, err := mapFlowID(b, i, name)
+		if err != nil {
+			return j, err
+		}
+		i = j
+		s := flowstate.FlowStats{ID: flowstate.FlowID(id), Has: healthBits[f]}
+		if f == fieldProcessedRows {
+			s.ProcessedRows, i, err = uintField(b, i, flowPath(name, id))
+		} else {
+			s.LastErrors, i, err = errorList(d, b, i, id, true, &d.statsErrs, func(e flowstate.StatsError) flowstate.StatsError { return e })
+		}
+		if err != nil {
+			return i, err
+		}
+		d.stats = append(d.stats, s)
+	}
+	return i, nil
+}
+
+// joinStats sorts d.stats by ID and joins each flow's processed rows and
+// errors into one entry, refusing a flow named twice in one map. A flow's
+// empty error list is dropped, and so is a flow left with no field.
+func (d *Decoder) joinStats() *DecodeError {
+	slices.SortStableFunc(d.stats, func(a, b flowstate.FlowStats) int { return cmp.Compare(a.ID, b.ID) })
+	out := d.stats[:0]
+	for _, s := range d.stats {
+		if k := len(out) - 1; k >= 0 && out[k].ID == s.ID {
+			if out[k].Has&s.Has != 0 {
+				name := fieldNames[fieldProcessedRows]
+				if s.Has&flowstate.HasLastErrors != 0 {
+					name = fieldNames[fieldLastErrors]
+				}
+				return newError(flowPath(name, uint64(s.ID)), KindDuplicateFlow, "named twice")
+			}
+			joinFlowStats(&out[k], &s)
+			continue
+		}
+		out = append(out, s)
+	}
+	d.stats = out[:0]
+	for _, s := range out {
+		if len(s.LastErrors) == 0 {
+			s.Has &^= flowstate.HasLastErrors
+			s.LastErrors = nil
+		}
+		if s.Has != 0 {
+			d.stats = append(d.stats, s)
+		}
+	}
+	return nil
+}
+
+// joinFlowStats copies the fields that src has into s.
+func joinFlowStats(s, src *flowstate.FlowStats) {
+	s.Has |= src.Has
+	if src.Has&flowstate.HasProcessedRows != 0 {
+		s.ProcessedRows = src.ProcessedRows
+	}
+	if src.Has&flowstate.HasLastErrors != 0 {
+		s.LastErrors = src.LastErrors
+	}
 }

@@ -127,3 +127,30 @@ func AppendStatsJSON(dst []byte, flows []Flow, stats []FlowStats) []byte {
 	}
 	return append(dst, "}}"...)
 }
+
+// StatsView is the stats view of a state (PROTOCOL.md v3, Flow-State-View:
+// stats) as values.
+type StatsView struct {
+	// Flows is GreptimeDB's aggregate at the view's revision: per flow its
+	// state size, last execution and start time. Sorted by ID, each ID once.
+	Flows []Flow
+	// Stats is per flow its health over the nodes that report it: the most
+	// rows any of them processed, and its MaxFlowErrors newest errors, each
+	// with the node that reported it, newest first. Sorted by ID, each ID
+	// once; a flow is here only where some node reports its health.
+	Stats []FlowStats
+}
+
+// Value returns v's aggregate as GreptimeDB's value.
+func (v StatsView) Value() FlowStateValue { return ValueOf(v.Flows) }
+
+// AppendJSON appends v's JSON to dst: the bytes a get of the stats view with
+// Accept: application/json answers for the same state (AppendStatsJSON).
+func (v StatsView) AppendJSON(dst []byte) []byte { return AppendStatsJSON(dst, v.Flows, v.Stats) }
+
+// MarshalJSON returns AppendJSON(nil). encoding/json's Marshal, and an
+// Encoder unless SetEscapeHTML(false), further escape <, >, & and the line
+// and paragraph separators U+2028 and U+2029 in error messages, which the
+// worker's bytes do not: call AppendJSON (or this method) for the worker's
+// bytes.
+func (v StatsView) MarshalJSON() ([]byte, error) { return v.AppendJSON(nil), nil }

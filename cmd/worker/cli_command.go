@@ -33,6 +33,9 @@ type cliCommand struct {
 	natsURL string
 	prefix  string
 	timeout time.Duration
+	// unnumbered makes connect's client send reports exactly as given
+	// (client.Options.Unnumbered).
+	unnumbered bool
 }
 
 // newCLICommand returns a command with the shared flags defined; the caller
@@ -107,7 +110,7 @@ func (c *cliCommand) connect(stderr io.Writer) (*nats.Conn, *client.Client, int)
 	if err != nil {
 		return nil, nil, c.errorf(stderr, "connect to %s: %v", redactURLs(c.natsURL), err)
 	}
-	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout})
+	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, Unnumbered: c.unnumbered})
 	if err != nil {
 		nc.Close()
 		return nil, nil, c.errorf(stderr, "%v", err)

@@ -22,7 +22,8 @@ With --stats it prints the flow stats (protocol v3): per flow its id, state
 size, last execution, start, uptime, the rows processed (the most any node
 reports), its error count and its newest error (cut to the line, control
 characters escaped); with --stats --json, the stats view's JSON bytes, as
-the worker sends them (one message: a view past the max payload fails).`, `
+the worker writes them, and a newline; both for a view of any size (read in
+chunks).`, `
 worker get
 worker get --nats-url nats://10.0.0.5:4222 --json | jq .state_size
 worker get --stats`)
@@ -38,12 +39,12 @@ worker get --stats`)
 	defer nc.Close()
 	ctx := context.Background()
 	if *stats {
-		body, v, err := cl.GetStatsJSON(ctx)
+		view, v, err := cl.GetStats(ctx)
 		if err == nil && *asJSON {
-			_, err = stdout.Write(append(body, '\n'))
+			_, err = stdout.Write(append(view.AppendJSON(nil), '\n'))
 		} else if err == nil {
 			out := bufio.NewWriterSize(stdout, 1<<16)
-			if err = printStats(out, body, v); err == nil {
+			if err = printStats(out, view, v); err == nil {
 				err = out.Flush()
 			}
 		}

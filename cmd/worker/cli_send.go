@@ -34,7 +34,10 @@ Protocol v3: --rows ID:N gives the rows flow ID processed since the node's
 process started; --error ID:TIME:MESSAGE one of its last errors (TIME in
 unix ms or "now"; newest first, at most 3 a flow); --seq N numbers the
 report within the process that --node-epoch names: a report not newer than
-the one the state holds for that process is refused as stale (409).
+the one the state holds for that process is refused as stale (409). The
+report carries exactly what the flags say: without --node-epoch and --seq it
+has no node_epoch and no seq, and is applied in arrival order (the Go
+client numbers a flownode's reports by default; one command is no process).
 
 --out FILE writes the report's msgpack body to FILE ("-": standard output)
 instead of sending it, for another NATS client to send to the node's
@@ -118,6 +121,7 @@ worker send --node 7 --node-epoch 1700000000000 --seq 42 --flow 1:1024:now --row
 		}
 		return 0
 	}
+	c.unnumbered = true // the report the flags describe, nothing more
 	nc, cl, code := c.connect(stderr)
 	if nc == nil {
 		return code

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,83 +11,63 @@ import (
 	"github.com/flowstate-io/flowstate/flowstate"
 )
 
-// statsJSON is the stats view's JSON (PROTOCOL.md v3), as worker get
-// --stats reads it.
-type statsJSON struct {
-	StateSize     map[string]uint64 `json:"state_size"`
-	LastExecTime  map[string]int64  `json:"last_exec_time_map"`
-	StartTime     map[string]int64  `json:"start_time_map"`
-	ProcessedRows map[string]uint64 `json:"processed_rows"`
-	LastErrors    map[string][]struct {
-		Time    int64  `json:"time"`
-		NodeID  uint64 `json:"node_id"`
-		Message string `json:"message"`
-	} `json:"last_errors"`
-}
-
 // maxErrorColumn is how much of a flow's newest error a line shows.
 const maxErrorColumn = 60
 
-// printStats writes the stats view body as a table, one line per flow, and
-// a line with its version.
-func printStats(w io.Writer, body []byte, v flowstate.Version) error {
-	var s statsJSON
-	if err := json.Unmarshal(body, &s); err != nil {
-		return fmt.Errorf("the stats view does not decode: %w", err)
-	}
-	ids := map[uint64]bool{}
-	for _, m := range []map[string]bool{keys(s.StateSize), keys(s.LastExecTime), keys(s.StartTime), keys(s.ProcessedRows), keys(s.LastErrors)} {
-		for k := range m {
-			if id, err := strconv.ParseUint(k, 10, 32); err == nil {
-				ids[id] = true
-			}
-		}
-	}
-	sorted := make([]uint64, 0, len(ids))
-	for id := range ids {
-		sorted = append(sorted, id)
-	}
-	slices.Sort(sorted)
+// printStats writes the stats view as a table, one line per flow, and a
+// line with its version.
+func printStats(w io.Writer, view flowstate.StatsView, v flowstate.Version) error {
 	if _, err := fmt.Fprintf(w, "%-10s %10s %-24s %-24s %12s %14s %6s  %s\n", "FLOW", "STATE", "LAST EXECUTION", "START", "UPTIME", "ROWS", "ERRORS", "NEWEST ERROR"); err != nil {
 		return err
 	}
-	for _, id := range sorted {
-		k := strconv.FormatUint(id, 10)
-		size, hasSize := s.StateSize[k]
-		last, hasLast := s.LastExecTime[k]
-		start, hasStart := s.StartTime[k]
-		uptime := "-"
-		if hasLast && hasStart {
-			uptime = humanDuration(time.Duration(last-start) * time.Millisecond)
+	flows, stats := view.Flows, view.Stats
+	n := 0
+	for len(flows) > 0 || len(stats) > 0 {
+		// The next flow id of either list, and its entries (both sorted).
+		var f flowstate.Flow
+		var h flowstate.FlowStats
+		switch {
+		case len(stats) == 0 || len(flows) > 0 && flows[0].ID < stats[0].ID:
+			f, flows = flows[0], flows[1:]
+			h.ID = f.ID
+		case len(flows) == 0 || stats[0].ID < flows[0].ID:
+			h, stats = stats[0], stats[1:]
+			f.ID = h.ID
+		default:
+			f, h, flows, stats = flows[0], stats[0], flows[1:], stats[1:]
 		}
-		sizeText := "-"
-		if hasSize {
-			sizeText = humanSize(size)
-		}
-		rows := "-"
-		if n, ok := s.ProcessedRows[k]; ok {
-			rows = strconv.FormatUint(n, 10)
-		}
-		errs := s.LastErrors[k]
-		newest := "-"
-		if len(errs) > 0 {
-			newest = fmt.Sprintf("%s node %d: %s", msTime(errs[0].Time, true), errs[0].NodeID, printable(errs[0].Message, maxErrorColumn))
-		}
-		if _, err := fmt.Fprintf(w, "%-10d %10s %-24s %-24s %12s %14s %6d  %s\n", id, sizeText, msTime(last, hasLast), msTime(start, hasStart),
-			uptime, rows, len(errs), newest); err != nil {
+		n++
+		if err := printFlowStats(w, f, h); err != nil {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "epoch %s, revision %d, %d flows\n", v.Epoch, v.Revision, len(sorted))
+	_, err := fmt.Fprintf(w, "epoch %s, revision %d, %d flows\n", v.Epoch, v.Revision, n)
 	return err
 }
 
-func keys[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
+// printFlowStats writes the line of one flow: its entry f in GreptimeDB's
+// value and its health h (either may have no field).
+func printFlowStats(w io.Writer, f flowstate.Flow, h flowstate.FlowStats) error {
+	hasLast, hasStart := f.Has&flowstate.HasLastExecTime != 0, f.Has&flowstate.HasStartTime != 0
+	uptime := "-"
+	if hasLast && hasStart {
+		uptime = humanDuration(time.Duration(f.LastExecTime-f.StartTime) * time.Millisecond)
 	}
-	return out
+	sizeText := "-"
+	if f.Has&flowstate.HasStateSize != 0 {
+		sizeText = humanSize(f.StateSize)
+	}
+	rows := "-"
+	if h.Has&flowstate.HasProcessedRows != 0 {
+		rows = strconv.FormatUint(h.ProcessedRows, 10)
+	}
+	newest := "-"
+	if errs := h.LastErrors; len(errs) > 0 {
+		newest = fmt.Sprintf("%s node %d: %s", msTime(errs[0].Time, true), errs[0].NodeID, printable(errs[0].Message, maxErrorColumn))
+	}
+	_, err := fmt.Fprintf(w, "%-10d %10s %-24s %-24s %12s %14s %6d  %s\n", f.ID, sizeText, msTime(f.LastExecTime, hasLast), msTime(f.StartTime, hasStart),
+		uptime, rows, len(h.LastErrors), newest)
+	return err
 }
 
 // printable returns s for a terminal line: control and other non-graphic

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/client"
+	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/natstest"
@@ -441,4 +442,77 @@ func TestGetStatsPrintsTheFlowStats(t *testing.T) {
 	code, stdout, stderr = runCLI(t, noEnv, "get", "--nats-url", srv.ClientURL(), "--stats", "--json")
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, `{"state_size":{"1":1024},"last_exec_time_map":{"1":1700000060000},"start_time_map":{"1":1700000000000},"processed_rows":{"1":52000},"last_errors":{"1":[{"time":1700000000000,"node_id":7,"message":"sink\u001b[31m table missing"}]}}`+"\n", stdout)
+}
+
+// TestGetStatsPrintsAViewLargerThanOneMessage: past the server's max
+// payload the worker's single-message stats view answers 413, and get
+// --stats (a table) and --stats --json still print the whole view, read in
+// chunks; the JSON is the worker's bytes.
+func TestGetStatsPrintsAViewLargerThanOneMessage(t *testing.T) {
+	srv := natstest.Start(t, &server.Options{MaxPayload: 4096})
+	startTestWorker(t, srv, consumer.Config{})
+	c := testClient(t, srv, "flow")
+	var flows []flowstate.Flow
+	var nodes []flowstate.NodeHealth
+	for node := range uint64(6) {
+		r := client.Report{NodeID: node, Health: flowstate.Health{HasProcessedRows: true, HasLastErrors: true}}
+		for k := range flowstate.FlowID(10) {
+			id := flowstate.FlowID(node)*100 + k
+			flows = append(flows, flow(id, 1<<20, 1700000000000, 1690000000000, all))
+			r.Health.Flows = append(r.Health.Flows, flowstate.FlowHealth{ID: id, Has: flowstate.HasProcessedRows | flowstate.HasLastErrors,
+				ProcessedRows: 1000 + uint64(id), LastErrors: []flowstate.FlowError{{Time: 1700000000000, Message: strings.Repeat("x", 50)}}})
+		}
+		r.Value = flowstate.ValueOf(flows[len(flows)-10:])
+		_, err := c.Send(bounded(t), r)
+		require.NoError(t, err)
+		h := r.Health
+		nodes = append(nodes, flowstate.NodeHealth{NodeID: node, Health: &h})
+	}
+	want := string(flowstate.AppendStatsJSON(nil, flows, flowstate.MergeHealth(nil, nodes))) + "\n"
+	require.Greater(t, len(want), 4096)
+	req := nats.NewMsg("flow.state.get")
+	req.Header.Set(protocol.HeaderView, protocol.ViewStats)
+	msg := natstest.Request(t, srv, req, cliWait)
+	require.Equal(t, "413", msg.Header.Get(micro.ErrorCodeHeader), "the single-message view does not fit")
+
+	code, stdout, stderr := runCLI(t, noEnv, "get", "--stats", "--json", "--nats-url", srv.ClientURL())
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, want, stdout)
+
+	code, stdout, stderr = runCLI(t, noEnv, "get", "--stats", "--nats-url", srv.ClientURL())
+	require.Equal(t, 0, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 1+60+1, stdout)
+	assert.Regexp(t, `^509 +1\.0 MiB .* 1509 +1  .*node 5: x{50}$`, lines[60])
+	assert.Regexp(t, `^epoch \S+, revision \d+, 60 flows$`, lines[61])
+}
+
+// TestSendSendsExactlyWhatTheFlagsSay: worker send does not number its
+// report (no node_epoch, no seq without the flags), so the same command
+// twice is applied twice.
+func TestSendSendsExactlyWhatTheFlagsSay(t *testing.T) {
+	srv := startTestServer(t)
+	startTestWorker(t, srv, consumer.Config{})
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("flow.heartbeat.7")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	args := []string{"send", "--nats-url", srv.ClientURL(), "--node", "7", "--flow", "1:1024:1700000000000"}
+	var revisions []string
+	for range 2 {
+		code, stdout, stderr := runCLI(t, noEnv, args...)
+		require.Equal(t, 0, code, stderr)
+		revisions = append(revisions, stdout)
+		msg, err := sub.NextMsg(cliWait)
+		require.NoError(t, err)
+		var d codec.Decoder
+		var r codec.Report
+		require.NoError(t, d.Decode(msg.Data, &r))
+		assert.False(t, r.HasNodeEpoch, "no node_epoch")
+		assert.False(t, r.Health.HasSeq, "no seq")
+	}
+	assert.NotEqual(t, revisions[0], revisions[1], "applied twice, at two revisions")
 }

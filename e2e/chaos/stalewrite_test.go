@@ -17,9 +17,16 @@ import (
 // seqReport is report k of node n: flow n, state_size k, so that a get
 // shows which report of the node it holds.
 func seqReport(n uint64, k int) []byte {
-	rep := codec.Report{NodeID: n, Flows: []flowstate.Flow{{ID: flowstate.FlowID(n), Has: flowstate.HasStateSize, StateSize: uint64(k)}}}
-	return codec.AppendReport(nil, &rep)
+	return codec.AppendReport(nil, seqReportOf(n, k))
 }
+
+func seqReportOf(n uint64, k int) *codec.Report {
+	return &codec.Report{NodeID: n, Flows: []flowstate.Flow{{ID: flowstate.FlowID(n), Has: flowstate.HasStateSize, StateSize: uint64(k)}}}
+}
+
+// reportFn returns what a test sends as report k of node n, one call an
+// attempt.
+type reportFn func(n uint64, k int) []byte
 
 // fastPings is the README's configuration for the servers of workers, ten
 // times faster: a stalled route is closed within (ping_max+1) x
@@ -114,6 +121,11 @@ type stalledRoute struct {
 // stalls every route of s0, sends report 2 there, and acks report 3
 // through s1.
 func stallFlownodeServer(t *testing.T, conf string) *stalledRoute {
+	return stallFlownodeServerWith(t, conf, seqReport)
+}
+
+// stallFlownodeServerWith is stallFlownodeServer with reports of rep.
+func stallFlownodeServerWith(t *testing.T, conf string, rep reportFn) *stalledRoute {
 	const node = 1
 	s, _ := startLedSystem(t, newHistory(), systemConfig{on: []int{1, 2}, serverConfig: conf}, 1)
 	r := &stalledRoute{s: s, node: node, seen: map[int]chan struct{}{}, mark: map[int]chan struct{}{}}
@@ -124,13 +136,14 @@ func stallFlownodeServer(t *testing.T, conf string) *stalledRoute {
 	r.healthy, err = nats.Connect(s.servers[1].URL, nats.MaxReconnects(-1))
 	require.NoError(t, err)
 	t.Cleanup(r.healthy.Close)
-	requireAcked(t, r.flownode, node, 1, 20*time.Second)
+	requireAckedWith(t, r.flownode, node, 1, 20*time.Second, rep)
+	second := rep(node, 2)
 	for i := range s.servers {
 		sc, err := nats.Connect(s.servers[i].URL)
 		require.NoError(t, err)
 		t.Cleanup(sc.Close)
 		r.seen[i], r.mark[i] = make(chan struct{}), make(chan struct{})
-		_, err = sc.Subscribe(subjects.Heartbeat(node), onceWhen(r.seen[i], func(m *nats.Msg) bool { return string(m.Data) == string(seqReport(node, 2)) }))
+		_, err = sc.Subscribe(subjects.Heartbeat(node), onceWhen(r.seen[i], func(m *nats.Msg) bool { return string(m.Data) == string(second) }))
 		require.NoError(t, err)
 		_, err = sc.Subscribe(markerSubject, onceWhen(r.mark[i], func(*nats.Msg) bool { return true }))
 		require.NoError(t, err)
@@ -143,10 +156,10 @@ func stallFlownodeServer(t *testing.T, conf string) *stalledRoute {
 	for j := 1; j < len(s.servers); j++ {
 		s.cluster.Route(0, j).Stall()
 	}
-	require.NoError(t, r.flownode.PublishRequest(subjects.Heartbeat(node), r.answers.Subject, seqReport(node, 2)))
+	require.NoError(t, r.flownode.PublishRequest(subjects.Heartbeat(node), r.answers.Subject, second))
 	_, err = r.answers.NextMsg(time.Second)
 	require.ErrorIs(t, err, nats.ErrTimeout, "report 2 must be held in a stalled route, so that the node sees no answer")
-	r.third = requireAcked(t, r.healthy, node, 3, 10*time.Second)
+	r.third = requireAckedWith(t, r.healthy, node, 3, 10*time.Second, rep)
 	return r
 }
 
@@ -222,9 +235,15 @@ func strOr(s, alt string) string {
 // within timeout, and returns the revision.
 func requireAcked(t *testing.T, nc *nats.Conn, n uint64, k int, timeout time.Duration) uint64 {
 	t.Helper()
+	return requireAckedWith(t, nc, n, k, timeout, seqReport)
+}
+
+// requireAckedWith is requireAcked with reports of rep.
+func requireAckedWith(t *testing.T, nc *nats.Conn, n uint64, k int, timeout time.Duration, rep reportFn) uint64 {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		msg, err := nc.Request(subjects.Heartbeat(n), seqReport(n, k), 3*time.Second)
+		msg, err := nc.Request(subjects.Heartbeat(n), rep(n, k), 3*time.Second)
 		out := result(input{kind: opReport}, msg, err)
 		if out.status == stOK {
 			return out.rev

@@ -171,11 +171,15 @@ func (d *Decoder) errorMap(b []byte, i int, id uint64, k int, withNode bool) (fl
 			if st != ok {
 				return e, i, scanError(at(".message"), st, codeAt(b, i), "a string")
 			}
-			if !flowstate.ValidMessage(s) {
-				return e, i, newError(at(".message"), KindBadError,
-					"message of "+strconv.Itoa(len(s))+" bytes: want 1 to "+strconv.Itoa(flowstate.MaxErrorMessage)+" bytes of UTF-8")
+			m, seen := d.messages[string(s)] // only valid messages are kept: no need to check one again
+			if !seen {
+				if !flowstate.ValidMessage(s) {
+					return e, i, newError(at(".message"), KindBadError,
+						"message of "+strconv.Itoa(len(s))+" bytes: want 1 to "+strconv.Itoa(flowstate.MaxErrorMessage)+" bytes of UTF-8")
+				}
+				m = d.intern(s)
 			}
-			e.Message, i = d.intern(s), j
+			e.Message, i = m, j
 		default:
 			// The error map is level 4: the body, last_errors, the array, it.
 			if i, st = skipAt(b, i, 5); st != ok {

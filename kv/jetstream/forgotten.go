@@ -162,11 +162,12 @@ func (s *Store) startOverReturned(ctx context.Context, w *watching, ep epochAt) 
 // a new one's key is written after every write of the one it replaces, so
 // a key older than a write the watch applied in another epoch is a store
 // that went back to a copy taken before that write (a copy of an epoch the
-// watch never saw, or saw before it was restarted). A key written after the
-// mark, by time, on a stream that numbers from below it is the epoch that a
-// worker started once the store went back (or a bucket made again): the
-// watch follows it, and forgets a mark of a history the store no longer
-// holds.
+// watch never saw, or saw before it was restarted), provided the stream no
+// longer holds the mark: a write the watch took for its old epoch's past a
+// purge is still there. A key written after the mark, by time, on a stream
+// that numbers from below it is the epoch that a worker started once the
+// store went back (or a bucket made again): the watch follows it, and
+// forgets a mark of a history the store no longer holds.
 func (s *Store) startOverWentBack(ctx context.Context, w *watching, ep epochAt) error {
 	mark := w.mark
 	if mark.seq == 0 || mark.epoch == ep.name || ep.seq >= mark.seq {
@@ -186,8 +187,15 @@ func (s *Store) startOverWentBack(ctx context.Context, w *watching, ep epochAt) 
 		w.mark = watermark{}
 		return nil
 	}
-	why := fmt.Sprintf("the epoch key names epoch %s, written at revision %d, before revision %d that this worker applied in epoch %s: the store went back to an older copy",
-		ep.name, m.Sequence, mark.seq, mark.epoch)
+	gone := s.forgotten(ctx, mark, mark.epoch)
+	if gone == "" {
+		// The stream still holds the mark: a write stored after the key
+		// (a purge's new epoch) that the watch took for its old epoch's.
+		w.mark = watermark{}
+		return nil
+	}
+	why := fmt.Sprintf("the epoch key names epoch %s, written at revision %d, before revision %d that this worker applied in epoch %s, which %s: the store went back to an older copy",
+		ep.name, m.Sequence, mark.seq, mark.epoch, gone)
 	if err := s.startKeptEpoch(ctx, ep.name, m.Sequence, why); err != nil {
 		return err
 	}

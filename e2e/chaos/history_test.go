@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,17 +46,47 @@ type input struct {
 	kind   opKind
 	node   int // index: node id node+1
 	report report
-	why    string // opInvalid: what is wrong with it
-	call   int64  // the operation's invocation and completion, for the model's clock
-	ret    int64
+	// nodeEpoch and seq number a report (PROTOCOL.md, "Stale reports"); 0:
+	// unnumbered (a ballast node's report, the nemesis's own writes, and
+	// those of the tests that send reports by hand)
+	nodeEpoch, seq uint64
+	why            string // opInvalid: what is wrong with it
+	call           int64  // the operation's invocation and completion, for the model's clock
+	ret            int64
 }
+
+// numbering numbers the reports of a run's flownodes: per node, one
+// node_epoch for the run (the clients stand for one process per node,
+// never restarted) and a seq that every client reporting for the node
+// draws from one counter. Two clients' reports of a node may arrive in
+// another order than their seqs, and the lower one is then answered 409:
+// that is the protocol, not a failure.
+type numbering struct {
+	epoch uint64
+	seq   [nNodes]atomic.Uint64
+}
+
+// next numbers a report of node index n.
+func (nb *numbering) next(n int) (epoch, seq uint64) { return nb.epoch, nb.seq[n].Add(1) }
+
+// A numbered report that names a flow of the model also names its node's
+// marker flow, markerFlow+node, with its seq as state_size and its
+// node_epoch as last_exec_time: only that node reports the flow, so a get
+// shows which of the node's reports the state holds (mark). A report that
+// names no flow of the model leaves every flow, its marker too.
+const markerFlow = 501
+
+// mark is the numbering of a node's report that a get shows: zero if the
+// get shows no marker for the node.
+type mark struct{ epoch, seq uint64 }
 
 type status uint8
 
 const (
 	stOK       status = iota // acked, or a get answered
-	stRejected               // 4xx, or no responders: nothing happened
+	stRejected               // 4xx but 409, or no responders: nothing happened
 	stUnknown                // timeout, 5xx, connection lost: may or may not have happened
+	stStale                  // 409: a later report of the node's process is held; nothing happened
 )
 
 type output struct {
@@ -65,8 +97,9 @@ type output struct {
 	conflict bool
 	epoch    string
 	rev      uint64
-	agg      report // a get's aggregate
-	alien    bool   // the aggregate holds flows or values no client sent
+	agg      report       // a get's aggregate
+	marks    [nNodes]mark // a get's marker flows
+	alien    bool         // the aggregate holds flows or values no client sent
 }
 
 // op is one recorded operation; times are ns since the history's origin.
@@ -112,6 +145,7 @@ type client struct {
 	timeout time.Duration      // of a request
 	pause   time.Duration      // at most, between two operations
 	chunked *flowclient.Client // gets in chunks (a large state), if set
+	numbers *numbering         // numbers the reports, if set
 }
 
 func (c *client) run(ctx context.Context) {
@@ -154,14 +188,23 @@ func (c *client) next() input {
 
 // do sends one operation and records its result.
 func (c *client) do(in input) op {
-	o := op{client: c.id, in: in}
 	subject, body := subjects.Get, []byte(nil)
+	switch {
+	case c.numbers == nil:
+	case in.kind == opReport:
+		in.nodeEpoch, in.seq = c.numbers.next(in.node)
+	case in.kind == opInvalid:
+		// The oldest seq: a worker that asked whether it is stale before
+		// decoding it would answer 409 rather than 400.
+		in.nodeEpoch, in.seq = c.numbers.epoch, 1
+	}
 	switch in.kind {
 	case opReport:
-		subject, body = subjects.Heartbeat(uint64(in.node+1)), encodeReport(in.node, in.report)
+		subject, body = subjects.Heartbeat(uint64(in.node+1)), encodeReport(in.node, in.report, in.nodeEpoch, in.seq)
 	case opInvalid:
 		subject, body = subjects.Heartbeat(uint64(in.node+1)), invalidBody(in)
 	}
+	o := op{client: c.id, in: in}
 	o.call = c.h.now()
 	o.in.call = o.call
 	if in.kind == opGet && c.chunked != nil {
@@ -175,8 +218,15 @@ func (c *client) do(in input) op {
 	return o
 }
 
-func encodeReport(node int, r report) []byte {
+// encodeReport encodes node index node's report r, numbered with
+// nodeEpoch and seq unless seq is 0, and then with its marker flow if r
+// names a flow.
+func encodeReport(node int, r report, nodeEpoch, seq uint64) []byte {
 	rep := codec.Report{NodeID: uint64(node + 1)}
+	if seq != 0 {
+		rep.NodeEpoch, rep.HasNodeEpoch = nodeEpoch, true
+		rep.Health.Seq, rep.Health.HasSeq = seq, true
+	}
 	for f := range nFlows {
 		fl := flowstate.Flow{ID: flowstate.FlowID(f + 1)}
 		if v := r[f][0]; v != 0 {
@@ -192,16 +242,24 @@ func encodeReport(node int, r report) []byte {
 			rep.Flows = append(rep.Flows, fl)
 		}
 	}
+	if seq != 0 && len(rep.Flows) > 0 {
+		rep.Flows = append(rep.Flows, flowstate.Flow{ID: flowstate.FlowID(markerFlow + node),
+			Has: flowstate.HasStateSize | flowstate.HasLastExecTime, StateSize: seq, LastExecTime: int64(nodeEpoch)})
+	}
 	return codec.AppendReport(nil, &rep)
 }
 
 func invalidBody(in input) []byte {
 	if in.why == "a float value" {
-		b, _ := msgpack.Marshal(map[string]any{"node_id": uint64(in.node + 1), "state_size": map[uint32]float64{1: 1.5}})
+		m := map[string]any{"node_id": uint64(in.node + 1), "state_size": map[uint32]float64{1: 1.5}}
+		if in.seq != 0 {
+			m["node_epoch"], m["seq"] = in.nodeEpoch, in.seq
+		}
+		b, _ := msgpack.Marshal(m)
 		return b
 	}
 	// The body names another node than the subject.
-	return encodeReport((in.node+1)%nNodes, report{{7, 7, 7}})
+	return encodeReport((in.node+1)%nNodes, report{{7, 7, 7}}, in.nodeEpoch, in.seq)
 }
 
 // result turns a reply into an output.
@@ -213,6 +271,9 @@ func result(in input, msg *nats.Msg, err error) output {
 		return output{status: stUnknown, code: err.Error()}
 	}
 	if code := msg.Header.Get(protocol.HeaderErrorCode); code != "" {
+		if code == strconv.Itoa(protocol.CodeStale) {
+			return output{status: stStale, code: code}
+		}
 		if code[0] == '4' {
 			return output{status: stRejected, code: code}
 		}
@@ -225,7 +286,7 @@ func result(in input, msg *nats.Msg, err error) output {
 	}
 	out.rev = rev
 	if in.kind == opGet {
-		out.agg, out.alien = decodeAggregate(msg.Data)
+		out.agg, out.marks, out.alien = decodeAggregate(msg.Data)
 	}
 	return out
 }
@@ -234,23 +295,35 @@ func result(in input, msg *nats.Msg, err error) output {
 // node-key write's condition was refused (state.ErrConflict).
 const conflictReason = "the node's key was written meanwhile"
 
-// decodeAggregate returns the aggregate, and whether it holds anything
-// that no client sent (or does not decode).
-func decodeAggregate(data []byte) (report, bool) {
+// decodeAggregate returns the aggregate, its marker flows, and whether it
+// holds anything that no client sent (or does not decode).
+func decodeAggregate(data []byte) (report, [nNodes]mark, bool) {
 	v, err := codec.DecodeAggregate(data)
 	if err != nil {
-		return report{}, true
+		return report{}, [nNodes]mark{}, true
 	}
 	return fromValue(v)
 }
 
-// fromValue returns the model's flows of v, and whether v holds anything
-// that no client sent (ballast flows are left to ballastIntact).
-func fromValue(v flowstate.FlowStateValue) (report, bool) {
+// fromValue returns the model's flows of v, its marker flows, and whether
+// v holds anything that no client sent (ballast flows are left to
+// ballastIntact).
+func fromValue(v flowstate.FlowStateValue) (report, [nNodes]mark, bool) {
 	var r report
+	var marks [nNodes]mark
 	alien := false
 	put := func(id flowstate.FlowID, k int, x int64) {
 		if isBallast(id) {
+			return
+		}
+		if n := int(id) - markerFlow; n >= 0 && n < nNodes && k < 2 {
+			if x < 1 {
+				alien = true
+			} else if k == 0 {
+				marks[n].seq = uint64(x)
+			} else {
+				marks[n].epoch = uint64(x)
+			}
 			return
 		}
 		if id < 1 || id > nFlows || x < 1 || x > maxValue {
@@ -260,7 +333,12 @@ func fromValue(v flowstate.FlowStateValue) (report, bool) {
 		r[id-1][k] = uint16(x)
 	}
 	for id, x := range v.StateSize {
-		put(id, 0, int64(min(x, maxValue+1)))
+		if n := int(id) - markerFlow; n >= 0 && n < nNodes {
+			x = min(x, math.MaxInt64) // a seq
+		} else {
+			x = min(x, maxValue+1)
+		}
+		put(id, 0, int64(x))
 	}
 	for id, x := range v.LastExecTimeMap {
 		put(id, 1, x)
@@ -268,5 +346,11 @@ func fromValue(v flowstate.FlowStateValue) (report, bool) {
 	for id, x := range v.StartTimeMap {
 		put(id, 2, x)
 	}
-	return r, alien
+	for n, m := range marks {
+		if (m.seq == 0) != (m.epoch == 0) {
+			alien = true // half a marker
+			marks[n] = mark{}
+		}
+	}
+	return r, marks, alien
 }

@@ -73,7 +73,7 @@ func describeOp(in input, out output) string {
 	case opReport:
 		fmt.Fprintf(&b, "report node %d", in.node+1)
 		if in.seq != 0 {
-			fmt.Fprintf(&b, " seq %d", in.seq)
+			fmt.Fprintf(&b, " node_epoch %d seq %d", in.nodeEpoch, in.seq)
 		}
 		b.WriteString(" " + describeReport(in.report))
 	case opInvalid:
@@ -108,17 +108,17 @@ func describeReport(r report) string {
 	return "{" + strings.Join(parts, " ") + "}"
 }
 
-// describeMarks names the seq of each node's report that a get shows
-// (markerFlow), "" if it shows none.
+// describeMarks names the node_epoch and seq of each node's report that a
+// get shows (markerFlow), "" if it shows none.
 func describeMarks(marks [nNodes]mark) string {
 	var parts []string
 	for n, m := range marks {
 		if m.seq != 0 {
-			parts = append(parts, fmt.Sprintf("%d:%d", n+1, m.seq))
+			parts = append(parts, fmt.Sprintf("%d:%d/%d", n+1, m.epoch, m.seq))
 		}
 	}
 	if parts == nil {
 		return ""
 	}
-	return " seqs {" + strings.Join(parts, " ") + "}"
+	return " node_epoch/seq {" + strings.Join(parts, " ") + "}"
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,19 +54,58 @@ type input struct {
 	ret            int64
 }
 
-// numbering numbers the reports of a run's flownodes: per node, one
-// node_epoch for the run (the clients stand for one process per node,
-// never restarted) and a seq that every client reporting for the node
-// draws from one counter. Two clients' reports of a node may arrive in
+// numbering numbers the reports of a run's flownodes: per node, the
+// node_epoch of its process and a seq that every client reporting for the
+// node draws from one counter. Two clients' reports of a node may arrive in
 // another order than their seqs, and the lower one is then answered 409:
-// that is the protocol, not a failure.
+// that is the protocol, not a failure. Now and then a node's process
+// restarts (restart): a new node_epoch, one above the last, and seq from 1
+// again; its old process's reports still in flight are then stale once one
+// of the new process is applied after one of the old.
 type numbering struct {
-	epoch uint64
-	seq   [nNodes]atomic.Uint64
+	base uint64 // the first node_epoch of every node
+	mu   sync.Mutex
+	node [nNodes]process
+}
+
+// process is a node's current process: its node_epoch and last seq.
+type process struct{ epoch, seq uint64 }
+
+func newNumbering(base uint64) *numbering {
+	nb := &numbering{base: base}
+	for n := range nb.node {
+		nb.node[n].epoch = base
+	}
+	return nb
 }
 
 // next numbers a report of node index n.
-func (nb *numbering) next(n int) (epoch, seq uint64) { return nb.epoch, nb.seq[n].Add(1) }
+func (nb *numbering) next(n int) (epoch, seq uint64) {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	p := &nb.node[n]
+	p.seq++
+	return p.epoch, p.seq
+}
+
+// current returns node index n's node_epoch.
+func (nb *numbering) current(n int) uint64 {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	return nb.node[n].epoch
+}
+
+// restart starts a new process of node index n.
+func (nb *numbering) restart(n int) {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	nb.node[n] = process{epoch: nb.node[n].epoch + 1}
+}
+
+// restartOdds: one report in restartOdds first restarts its node's process
+// (every few seconds per node at the clients' pace, so that a node has
+// far fewer than flowstate.MaxRetiredEpochs processes within lag).
+const restartOdds = 500
 
 // A numbered report that names a flow of the model also names its node's
 // marker flow, markerFlow+node, with its seq as state_size and its
@@ -159,9 +197,13 @@ func (c *client) run(ctx context.Context) {
 }
 
 // next draws an operation: gets and reports about evenly, some reports
-// empty, some that the worker must reject.
+// empty, some that the worker must reject; now and then the node's process
+// restarts first (numbering).
 func (c *client) next() input {
 	in := input{kind: opReport, node: c.rng.IntN(nNodes)}
+	if c.numbers != nil && c.rng.IntN(restartOdds) == 0 {
+		c.numbers.restart(in.node)
+	}
 	switch p := c.rng.IntN(100); {
 	case p < 45:
 		return input{kind: opGet}
@@ -194,9 +236,10 @@ func (c *client) do(in input) op {
 	case in.kind == opReport:
 		in.nodeEpoch, in.seq = c.numbers.next(in.node)
 	case in.kind == opInvalid:
-		// The oldest seq: a worker that asked whether it is stale before
-		// decoding it would answer 409 rather than 400.
-		in.nodeEpoch, in.seq = c.numbers.epoch, 1
+		// The oldest seq of the node's process: a worker that asked
+		// whether it is stale before decoding it would answer 409 rather
+		// than 400.
+		in.nodeEpoch, in.seq = c.numbers.current(in.node), 1
 	}
 	switch in.kind {
 	case opReport:

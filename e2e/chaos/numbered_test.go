@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // The clients number their reports (numbering), and a get shows which
@@ -16,11 +18,22 @@ import (
 // olderShown returns the gets (fresh: not the stale ones of splitStale,
 // which show an old state by definition) that show, for some node, a
 // report older than one of that node acked in the same epoch before the
-// get was sent: the same node_epoch and a lower seq. A write that erased
-// the node's report from outside (the nemesis's corrupt writes: a
-// report of the node without a seq) excuses the acks it may have followed,
-// since the state then holds no report of the node to compare a late one
-// with; so does another epoch, which starts from its own state.
+// get was sent:
+//
+//   - of the same process (node_epoch) with a lower seq;
+//   - or of a process the node moved away from: one of its reports was
+//     acked, then, invoked after that ack completed, one of a later
+//     process of the node, all before the get was sent. (The first report
+//     of a process is applied whatever arrived before, so a process none
+//     of whose reports was acked before a later one's is not retired; and
+//     a node remembers flowstate.MaxRetiredEpochs processes: the rule holds
+//     while the node has started at most that many after the shown one.)
+//
+// A write that erased the node's report from outside (the nemesis's
+// corrupt writes: a report of the node without a seq) excuses the acks it
+// may have followed, since the state then holds no report of the node,
+// and no process it moved away from, to compare a late one with; so does
+// another epoch, which starts from its own state.
 func olderShown(fresh []op) []string {
 	type key struct {
 		epoch     string
@@ -32,7 +45,12 @@ func olderShown(fresh []op) []string {
 		seq       uint64
 		o         op
 	}
+	type nodeIn struct {
+		epoch string
+		node  int
+	}
 	acks := map[key][]ack{}
+	byNode := map[nodeIn][]ack{}  // every ack of a node in an epoch
 	var erased [nNodes][][2]int64 // per node, when an erasing write may have taken effect
 	for _, o := range fresh {
 		if o.in.kind != opReport || o.in.node >= nNodes {
@@ -46,7 +64,31 @@ func olderShown(fresh []op) []string {
 		case o.out.status == stOK:
 			k := key{o.out.epoch, o.in.node, o.in.nodeEpoch}
 			acks[k] = append(acks[k], ack{o.call, o.ret, o.in.seq, o})
+			byNode[nodeIn{o.out.epoch, o.in.node}] = append(byNode[nodeIn{o.out.epoch, o.in.node}], ack{o.call, o.ret, o.in.seq, o})
 		}
+	}
+	// fewProcesses reports whether at most flowstate.MaxRetiredEpochs
+	// processes of node n other than nodeEpoch may have had a report
+	// applied from t until the get g (so that the node still remembers
+	// nodeEpoch as one it moved away from): those with a report invoked
+	// by g's completion and not answered (or past its deadline, as the
+	// model's) before t. Only asked of a get about to fail the run.
+	after := ackedAfter(fresh)
+	fewProcesses := func(n int, nodeEpoch uint64, t int64, g op) bool {
+		others := map[uint64]bool{}
+		for _, o := range fresh {
+			if o.in.kind != opReport || o.in.node != n || o.in.seq == 0 || o.in.nodeEpoch == nodeEpoch || o.call > g.ret {
+				continue
+			}
+			reach := o.ret
+			if o.out.status == stUnknown {
+				reach = max(o.call+int64(lag), after(o.ret))
+			}
+			if reach >= t {
+				others[o.in.nodeEpoch] = true
+			}
+		}
+		return len(others) <= flowstate.MaxRetiredEpochs
 	}
 	// since returns the latest end of node n's erasing writes invoked
 	// before t: an ack invoked up to it may have been erased.
@@ -89,6 +131,36 @@ func olderShown(fresh []op) []string {
 		}
 		return v[i-1], true
 	}
+	// retired returns the ack of a later process of k's node that retired
+	// k's process (ok false if none): the first to complete of those
+	// invoked after the first ack of k invoked after from completed; and
+	// the invocation of that first ack of k. Per (k, from).
+	type retiring struct {
+		a     ack
+		since int64
+		ok    bool
+	}
+	retirings := map[view]retiring{}
+	retired := func(k key, from int64) retiring {
+		v := view{k, from}
+		if r, ok := retirings[v]; ok {
+			return r
+		}
+		var first *ack // the first ack of k invoked after from to complete
+		for i, a := range acks[k] {
+			if a.call > from && (first == nil || a.ret < first.ret) {
+				first = &acks[k][i]
+			}
+		}
+		var r retiring
+		for _, a := range byNode[nodeIn{k.epoch, k.node}] {
+			if first != nil && a.o.in.nodeEpoch > k.nodeEpoch && a.call > first.ret && (!r.ok || a.ret < r.a.ret) {
+				r = retiring{a, first.call, true}
+			}
+		}
+		retirings[v] = r
+		return r
+	}
 	var problems []string
 	for _, g := range fresh {
 		if g.in.kind != opGet || g.out.status != stOK {
@@ -98,12 +170,14 @@ func olderShown(fresh []op) []string {
 			if m.seq == 0 {
 				continue
 			}
-			a, ok := newest(key{g.out.epoch, n, m.epoch}, since(n, g.ret), g.call)
-			if !ok || a.seq <= m.seq {
-				continue
+			k, from := key{g.out.epoch, n, m.epoch}, since(n, g.ret)
+			if a, ok := newest(k, from, g.call); ok && a.seq > m.seq {
+				problems = append(problems, fmt.Sprintf("a get shows node %d's report seq %d after its report seq %d of the same process was acked: client %d at %v: %s; the ack: client %d at %v: %s",
+					n+1, m.seq, a.seq, g.client, time.Duration(g.call), describeOp(g.in, g.out), a.o.client, time.Duration(a.o.call), describeOp(a.o.in, a.o.out)))
+			} else if r := retired(k, from); r.ok && r.a.ret < g.call && fewProcesses(n, m.epoch, r.since, g) {
+				problems = append(problems, fmt.Sprintf("a get shows node %d's report of node_epoch %d (seq %d) after one of that process and then one of a later process were acked: client %d at %v: %s; the later: client %d at %v: %s",
+					n+1, m.epoch, m.seq, g.client, time.Duration(g.call), describeOp(g.in, g.out), r.a.o.client, time.Duration(r.a.o.call), describeOp(r.a.o.in, r.a.o.out)))
 			}
-			problems = append(problems, fmt.Sprintf("a get shows node %d's report seq %d after its report seq %d was acked: client %d at %v: %s; the ack: client %d at %v: %s",
-				n+1, m.seq, a.seq, g.client, time.Duration(g.call), describeOp(g.in, g.out), a.o.client, time.Duration(a.o.call), describeOp(a.o.in, a.o.out)))
 			if len(problems) == 5 {
 				return problems
 			}
@@ -114,13 +188,15 @@ func olderShown(fresh []op) []string {
 
 // staleAnswers returns the reports answered 409 that cannot be stale: an
 // invalid one (its decoding and fields come first, 400), and a valid one
-// of which no later-numbered report of its node had been sent by the
-// time it was answered, so that the state could not hold one.
+// of which no later-numbered report of its node (of its process with a
+// higher seq, or of a later process) had been sent by the time it was
+// answered, so that the state could not hold one.
 func staleAnswers(ops []op) []string {
 	type sent struct {
 		nodeEpoch, seq uint64
 		call           int64
 	}
+	order := func(a, b sent) int { return cmp.Or(cmp.Compare(a.nodeEpoch, b.nodeEpoch), cmp.Compare(a.seq, b.seq)) }
 	var bySeq [nNodes][]sent
 	for _, o := range ops {
 		if o.in.kind == opReport && o.in.seq != 0 && o.in.node < nNodes {
@@ -129,11 +205,9 @@ func staleAnswers(ops []op) []string {
 	}
 	for n := range bySeq {
 		s := bySeq[n]
-		slices.SortFunc(s, func(a, b sent) int { return cmp.Or(cmp.Compare(a.nodeEpoch, b.nodeEpoch), cmp.Compare(a.seq, b.seq)) })
+		slices.SortFunc(s, order)
 		for i := len(s) - 2; i >= 0; i-- {
-			if s[i].nodeEpoch == s[i+1].nodeEpoch {
-				s[i].call = min(s[i].call, s[i+1].call) // the earliest send of this seq or a later one
-			}
+			s[i].call = min(s[i].call, s[i+1].call) // the earliest send of this number or a later one
 		}
 	}
 	var problems []string
@@ -150,10 +224,8 @@ func staleAnswers(ops []op) []string {
 			continue
 		}
 		s := bySeq[o.in.node]
-		i, _ := slices.BinarySearchFunc(s, sent{o.in.nodeEpoch, o.in.seq + 1, 0}, func(a, t sent) int {
-			return cmp.Or(cmp.Compare(a.nodeEpoch, t.nodeEpoch), cmp.Compare(a.seq, t.seq))
-		})
-		if i == len(s) || s[i].nodeEpoch != o.in.nodeEpoch || s[i].call > o.ret {
+		i, _ := slices.BinarySearchFunc(s, sent{o.in.nodeEpoch, o.in.seq + 1, 0}, order)
+		if i == len(s) || s[i].call > o.ret {
 			problems = append(problems, fmt.Sprintf("a report was answered 409 before a later one of its node was sent: client %d at %v: %s",
 				o.client, time.Duration(o.call), describeOp(o.in, o.out)))
 		}

@@ -14,15 +14,27 @@ const testNodeEpoch = 1_700_000_000_000
 
 // numberedAck is node index n's report seq, acked in epoch "e" at rev.
 func numberedAck(n int, seq uint64, rev uint64, call int64) op {
-	return op{client: 1, in: input{kind: opReport, node: n, report: report{{uint16(seq), 1, 1}}, nodeEpoch: testNodeEpoch, seq: seq},
+	return processAck(n, testNodeEpoch, seq, rev, call)
+}
+
+// processAck is node index n's report seq of process nodeEpoch, acked in
+// epoch "e" at rev.
+func processAck(n int, nodeEpoch, seq uint64, rev uint64, call int64) op {
+	return op{client: 1, in: input{kind: opReport, node: n, report: report{{uint16(seq), 1, 1}}, nodeEpoch: nodeEpoch, seq: seq},
 		out: output{status: stOK, epoch: "e", rev: rev}, call: call, ret: call + 10}
 }
 
 // getShowing is a get in epoch e at rev that shows node index n's report
 // seq (its marker).
 func getShowing(e string, rev uint64, n int, seq uint64, call int64) op {
+	return getShowingProcess(e, rev, n, testNodeEpoch, seq, call)
+}
+
+// getShowingProcess is a get in epoch e at rev that shows node index n's
+// report seq of process nodeEpoch.
+func getShowingProcess(e string, rev uint64, n int, nodeEpoch, seq uint64, call int64) op {
 	o := op{client: 2, in: input{kind: opGet}, out: output{status: stOK, epoch: e, rev: rev, agg: report{{uint16(seq), 1, 1}}}, call: call, ret: call + 10}
-	o.out.marks[n] = mark{testNodeEpoch, seq}
+	o.out.marks[n] = mark{nodeEpoch, seq}
 	return o
 }
 
@@ -60,13 +72,63 @@ func TestCheckOlderReportShownAfterAnAck(t *testing.T) {
 	}
 	got := olderShown([]op{ack5, getShowing("e", 4, 0, 4, 300)})
 	require.Len(t, got, 1)
-	assert.Contains(t, got[0], "node 1's report seq 4 after its report seq 5 was acked")
+	assert.Contains(t, got[0], "node 1's report seq 4 after its report seq 5 of the same process was acked")
+}
+
+// A get that shows a report of a node's process after a report of that
+// process was acked and then, invoked after, one of a later process of the
+// node, fails the run: the node moved away from it. One does not if no
+// report of the process was acked before the later one was sent (the first
+// report of a process is applied whatever arrived before), if the two
+// acks overlap, if the get was sent before the later ack completed, if a
+// write erased the node's report in between, or if more processes of the
+// node than the worker remembers may have been applied since.
+func TestCheckReportOfARetiredProcessShownAfterALaterOnesAck(t *testing.T) {
+	const e1, e2 = testNodeEpoch, testNodeEpoch + 1
+	old := processAck(0, e1, 5, 2, 100) // [100, 110]
+	later := processAck(0, e2, 1, 3, 200)
+	shows := func(seq uint64, call int64) op { return getShowingProcess("e", 4, 0, e1, seq, call) }
+	erase := op{client: 9, in: input{kind: opReport, node: 0, why: "nemesis: delete node 1's key"}, out: output{status: stOK, epoch: "e", rev: 4}, call: 150, ret: 160}
+	// inFlight returns reports of n more processes of node index 0 whose
+	// outcome is unknown, sent at 120.
+	inFlight := func(n int) []op {
+		var out []op
+		for i := range n {
+			out = append(out, op{client: 3, in: input{kind: opReport, node: 0, nodeEpoch: e2 + 1 + uint64(i), seq: 1}, out: output{status: stUnknown, code: "timeout"}, call: 120, ret: 130})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name  string
+		ops   []op
+		fails bool
+	}{
+		{"the acked report of the old process", []op{old, later, shows(5, 300)}, true},
+		{"a later report of the old process", []op{old, later, shows(6, 300)}, true},
+		{"seven more processes in flight", append([]op{old, later}, append(inFlight(7), shows(6, 300))...), true},
+		{"no report of the old process acked before", []op{later, shows(3, 300)}, false},
+		{"the later ack sent before the old one completed", []op{old, processAck(0, e2, 1, 3, 105), shows(5, 300)}, false},
+		{"the get sent before the later ack completed", []op{old, later, shows(5, 205)}, false},
+		{"the node erased in between", []op{old, erase, later, shows(5, 300)}, false},
+		{"eight more processes in flight", append([]op{old, later}, append(inFlight(8), shows(6, 300))...), false},
+		{"another epoch", []op{old, later, getShowingProcess("f", 1, 0, e1, 5, 300)}, false},
+	} {
+		problems := olderShown(c.ops)
+		if c.fails {
+			assert.Len(t, problems, 1, c.name)
+		} else {
+			assert.Empty(t, problems, c.name)
+		}
+	}
+	got := olderShown([]op{old, later, shows(5, 300)})
+	require.Len(t, got, 1)
+	assert.Contains(t, got[0], "node 1's report of node_epoch 1700000000000 (seq 5) after one of that process and then one of a later process were acked")
 }
 
 // A 409 is a problem for an invalid report (400 comes first), an
 // unnumbered one, and one answered before any later report of its node
 // was sent; it is the protocol when a later-numbered report of its node
-// was sent first.
+// (of its process, or of a later one) was sent first.
 func TestCheckStaleAnswers(t *testing.T) {
 	stale := func(kind opKind, seq uint64, call int64) op {
 		return op{in: input{kind: kind, node: 0, nodeEpoch: testNodeEpoch, seq: seq}, out: output{status: stStale, code: "409"}, call: call, ret: call + 10}
@@ -80,7 +142,8 @@ func TestCheckStaleAnswers(t *testing.T) {
 		{"overtaken by a later report", []op{later, stale(opReport, 5, 95)}, false},
 		{"answered before the later report was sent", []op{stale(opReport, 5, 50), later}, true},
 		{"no later report of its node", []op{numberedAck(1, 9, 2, 10), stale(opReport, 5, 95)}, true},
-		{"a later report of another process of its node", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch + 1, seq: 6}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, true},
+		{"a report of a later process of its node", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch + 1, seq: 1}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, false},
+		{"a report of an earlier process of its node", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch - 1, seq: 6}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, true},
 		{"an invalid report", []op{later, stale(opInvalid, 1, 95)}, true},
 		{"an unnumbered report", []op{later, stale(opReport, 0, 95)}, true},
 	} {
@@ -128,12 +191,19 @@ func TestUnitNumberedReportsAndMarkers(t *testing.T) {
 	assert.Equal(t, mark{}, marks[0])
 }
 
-// numbering draws seqs per node, strictly increasing across clients.
+// numbering draws seqs per node, strictly increasing across clients; a
+// restart gives the node a new node_epoch, one above, and seqs from 1.
 func TestUnitNumberingPerNode(t *testing.T) {
-	nb := &numbering{epoch: testNodeEpoch}
+	nb := newNumbering(testNodeEpoch)
 	e, s1 := nb.next(0)
 	_, s2 := nb.next(0)
 	_, t1 := nb.next(1)
 	assert.Equal(t, uint64(testNodeEpoch), e)
 	assert.Equal(t, []uint64{1, 2, 1}, []uint64{s1, s2, t1})
+	nb.restart(0)
+	e, s3 := nb.next(0)
+	assert.Equal(t, []uint64{testNodeEpoch + 1, 1}, []uint64{e, s3})
+	assert.Equal(t, uint64(testNodeEpoch+1), nb.current(0))
+	e, t2 := nb.next(1)
+	assert.Equal(t, []uint64{testNodeEpoch, 2}, []uint64{e, t2}, "another node's process goes on")
 }

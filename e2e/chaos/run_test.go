@@ -87,7 +87,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	ctx, stopClients := context.WithCancel(context.Background())
 	defer stopClients()
 	var wg sync.WaitGroup
-	numbers := &numbering{epoch: uint64(h.origin.UnixMilli())}
+	numbers := newNumbering(uint64(h.origin.UnixMilli()))
 	for i := range cfg.clients {
 		nc, err := s.connect(fmt.Sprintf("chaos client %d", i))
 		require.NoError(t, err)

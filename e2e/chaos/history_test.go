@@ -61,29 +61,38 @@ type input struct {
 // that is the protocol, not a failure. Now and then a node's process
 // restarts (restart): a new node_epoch, one above the last, and seq from 1
 // again; its old process's reports still in flight are then stale once one
-// of the new process is applied after one of the old.
+// of the new process is applied after one of the old. And now and then,
+// while the new process has sent fewer than zombieWindow reports, the old
+// one, which does not know it was replaced yet (a flownode paused, then
+// resumed, while its successor started), sends one of its own (zombie):
+// stale as well, once the node moved away from it.
 type numbering struct {
 	base uint64 // the first node_epoch of every node
 	mu   sync.Mutex
-	node [nNodes]process
+	node [nNodes]struct{ now, old process }
 }
 
-// process is a node's current process: its node_epoch and last seq.
+// process is one process of a node: its node_epoch and last seq; an epoch
+// of 0 is none.
 type process struct{ epoch, seq uint64 }
 
 func newNumbering(base uint64) *numbering {
 	nb := &numbering{base: base}
 	for n := range nb.node {
-		nb.node[n].epoch = base
+		nb.node[n].now.epoch = base
 	}
 	return nb
 }
 
-// next numbers a report of node index n.
-func (nb *numbering) next(n int) (epoch, seq uint64) {
+// next numbers a report of node index n by its current process, or by
+// the process before it if zombie and there is one that may still send.
+func (nb *numbering) next(n int, zombie bool) (epoch, seq uint64) {
 	nb.mu.Lock()
 	defer nb.mu.Unlock()
-	p := &nb.node[n]
+	p := &nb.node[n].now
+	if zombie && nb.node[n].old.epoch != 0 && p.seq < zombieWindow {
+		p = &nb.node[n].old
+	}
 	p.seq++
 	return p.epoch, p.seq
 }
@@ -92,20 +101,45 @@ func (nb *numbering) next(n int) (epoch, seq uint64) {
 func (nb *numbering) current(n int) uint64 {
 	nb.mu.Lock()
 	defer nb.mu.Unlock()
-	return nb.node[n].epoch
+	return nb.node[n].now.epoch
 }
 
-// restart starts a new process of node index n.
+// replaced restarts node index n's process if it is nodeEpoch's, which a
+// worker answered the node moved away from: as a flownode told so would,
+// rather than send stale reports until its next restart. (A memory worker
+// restarted forgets every node's processes, and an old process's report
+// that reaches it first then retires the current one.)
+func (nb *numbering) replaced(n int, nodeEpoch uint64) {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	if nb.node[n].now.epoch == nodeEpoch {
+		nb.restartLocked(n)
+	}
+}
+
+// restart starts a new process of node index n; the current one becomes
+// the old one.
 func (nb *numbering) restart(n int) {
 	nb.mu.Lock()
 	defer nb.mu.Unlock()
-	nb.node[n] = process{epoch: nb.node[n].epoch + 1}
+	nb.restartLocked(n)
+}
+
+func (nb *numbering) restartLocked(n int) {
+	nd := &nb.node[n]
+	nd.old, nd.now = nd.now, process{epoch: nd.now.epoch + 1}
 }
 
 // restartOdds: one report in restartOdds first restarts its node's process
 // (every few seconds per node at the clients' pace, so that a node has
-// far fewer than flowstate.MaxRetiredEpochs processes within lag).
-const restartOdds = 500
+// far fewer than flowstate.MaxRetiredEpochs processes within lag);
+// zombieOdds: one report in zombieOdds is its node's old process's, while
+// the current one has sent fewer than zombieWindow.
+const (
+	restartOdds  = 500
+	zombieOdds   = 10
+	zombieWindow = 30
+)
 
 // A numbered report that names a flow of the model also names its node's
 // marker flow, markerFlow+node, with its seq as state_size and its
@@ -133,11 +167,14 @@ type output struct {
 	// conflict: a report answered 503 because the bucket refused its
 	// node-key write's condition (state.ErrConflict)
 	conflict bool
-	epoch    string
-	rev      uint64
-	agg      report       // a get's aggregate
-	marks    [nNodes]mark // a get's marker flows
-	alien    bool         // the aggregate holds flows or values no client sent
+	// retired: a report answered 409 because its node moved away from its
+	// process
+	retired bool
+	epoch   string
+	rev     uint64
+	agg     report       // a get's aggregate
+	marks   [nNodes]mark // a get's marker flows
+	alien   bool         // the aggregate holds flows or values no client sent
 }
 
 // op is one recorded operation; times are ns since the history's origin.
@@ -188,7 +225,11 @@ type client struct {
 
 func (c *client) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		c.h.add(c.do(c.next()))
+		o := c.do(c.next())
+		c.h.add(o)
+		if o.out.retired {
+			c.numbers.replaced(o.in.node, o.in.nodeEpoch)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Duration(c.rng.Int64N(int64(c.pause) + 1))):
@@ -197,13 +238,18 @@ func (c *client) run(ctx context.Context) {
 }
 
 // next draws an operation: gets and reports about evenly, some reports
-// empty, some that the worker must reject; now and then the node's process
-// restarts first (numbering).
+// empty, some that the worker must reject; reports are numbered (if the
+// client numbers them), and now and then the node's process restarts
+// first, or the report is its old process's (numbering).
 func (c *client) next() input {
+	in := c.draw()
+	c.number(&in)
+	return in
+}
+
+// draw draws an operation for next, not numbered.
+func (c *client) draw() input {
 	in := input{kind: opReport, node: c.rng.IntN(nNodes)}
-	if c.numbers != nil && c.rng.IntN(restartOdds) == 0 {
-		c.numbers.restart(in.node)
-	}
 	switch p := c.rng.IntN(100); {
 	case p < 45:
 		return input{kind: opGet}
@@ -228,19 +274,29 @@ func (c *client) next() input {
 	return in
 }
 
-// do sends one operation and records its result.
-func (c *client) do(in input) op {
-	subject, body := subjects.Get, []byte(nil)
-	switch {
-	case c.numbers == nil:
-	case in.kind == opReport:
-		in.nodeEpoch, in.seq = c.numbers.next(in.node)
-	case in.kind == opInvalid:
+// number numbers in, a report, if the client numbers reports, first
+// restarting its node's process now and then.
+func (c *client) number(in *input) {
+	if c.numbers == nil || in.kind == opGet {
+		return
+	}
+	if c.rng.IntN(restartOdds) == 0 {
+		c.numbers.restart(in.node)
+	}
+	switch in.kind {
+	case opReport:
+		in.nodeEpoch, in.seq = c.numbers.next(in.node, c.rng.IntN(zombieOdds) == 0)
+	case opInvalid:
 		// The oldest seq of the node's process: a worker that asked
 		// whether it is stale before decoding it would answer 409 rather
 		// than 400.
 		in.nodeEpoch, in.seq = c.numbers.current(in.node), 1
 	}
+}
+
+// do sends one operation and records its result.
+func (c *client) do(in input) op {
+	subject, body := subjects.Get, []byte(nil)
 	switch in.kind {
 	case opReport:
 		subject, body = subjects.Heartbeat(uint64(in.node+1)), encodeReport(in.node, in.report, in.nodeEpoch, in.seq)
@@ -315,7 +371,7 @@ func result(in input, msg *nats.Msg, err error) output {
 	}
 	if code := msg.Header.Get(protocol.HeaderErrorCode); code != "" {
 		if code == strconv.Itoa(protocol.CodeStale) {
-			return output{status: stStale, code: code}
+			return output{status: stStale, code: code, retired: strings.Contains(msg.Header.Get(protocol.HeaderError), retiredReason)}
 		}
 		if code[0] == '4' {
 			return output{status: stRejected, code: code}
@@ -337,6 +393,10 @@ func result(in input, msg *nats.Msg, err error) output {
 // conflictReason is in the reason of a report answered 503 because its
 // node-key write's condition was refused (state.ErrConflict).
 const conflictReason = "the node's key was written meanwhile"
+
+// retiredReason is in the reason of a report answered 409 because its
+// node_epoch is one its node moved away from (state.StaleError).
+const retiredReason = "is a process the node moved away from"
 
 // decodeAggregate returns the aggregate, its marker flows, and whether it
 // holds anything that no client sent (or does not decode).

@@ -22,12 +22,13 @@ import (
 //
 //   - of the same process (node_epoch) with a lower seq;
 //   - or of a process the node moved away from: one of its reports was
-//     acked, then, invoked after that ack completed, one of a later
-//     process of the node, all before the get was sent. (The first report
-//     of a process is applied whatever arrived before, so a process none
-//     of whose reports was acked before a later one's is not retired; and
-//     a node remembers flowstate.MaxRetiredEpochs processes: the rule holds
-//     while the node has started at most that many after the shown one.)
+//     acked, then, invoked after that ack completed, one of another
+//     process of the node (any other: the state does not know which
+//     started later), all before the get was sent. (The first report of a
+//     process is applied whatever arrived before, so a process none of
+//     whose reports was acked before another one's is not retired; and a
+//     node remembers flowstate.MaxRetiredEpochs processes: the rule holds
+//     while at most that many others may have been applied since.)
 //
 // A write that erased the node's report from outside (the nemesis's
 // corrupt writes: a report of the node without a seq) excuses the acks it
@@ -131,7 +132,7 @@ func olderShown(fresh []op) []string {
 		}
 		return v[i-1], true
 	}
-	// retired returns the ack of a later process of k's node that retired
+	// retired returns the ack of another process of k's node that retired
 	// k's process (ok false if none): the first to complete of those
 	// invoked after the first ack of k invoked after from completed; and
 	// the invocation of that first ack of k. Per (k, from).
@@ -154,7 +155,7 @@ func olderShown(fresh []op) []string {
 		}
 		var r retiring
 		for _, a := range byNode[nodeIn{k.epoch, k.node}] {
-			if first != nil && a.o.in.nodeEpoch > k.nodeEpoch && a.call > first.ret && (!r.ok || a.ret < r.a.ret) {
+			if first != nil && a.o.in.nodeEpoch != k.nodeEpoch && a.call > first.ret && (!r.ok || a.ret < r.a.ret) {
 				r = retiring{a, first.call, true}
 			}
 		}
@@ -175,7 +176,7 @@ func olderShown(fresh []op) []string {
 				problems = append(problems, fmt.Sprintf("a get shows node %d's report seq %d after its report seq %d of the same process was acked: client %d at %v: %s; the ack: client %d at %v: %s",
 					n+1, m.seq, a.seq, g.client, time.Duration(g.call), describeOp(g.in, g.out), a.o.client, time.Duration(a.o.call), describeOp(a.o.in, a.o.out)))
 			} else if r := retired(k, from); r.ok && r.a.ret < g.call && fewProcesses(n, m.epoch, r.since, g) {
-				problems = append(problems, fmt.Sprintf("a get shows node %d's report of node_epoch %d (seq %d) after one of that process and then one of a later process were acked: client %d at %v: %s; the later: client %d at %v: %s",
+				problems = append(problems, fmt.Sprintf("a get shows node %d's report of node_epoch %d (seq %d) after one of that process and then one of another process were acked: client %d at %v: %s; the other: client %d at %v: %s",
 					n+1, m.epoch, m.seq, g.client, time.Duration(g.call), describeOp(g.in, g.out), r.a.o.client, time.Duration(r.a.o.call), describeOp(r.a.o.in, r.a.o.out)))
 			}
 			if len(problems) == 5 {
@@ -188,26 +189,37 @@ func olderShown(fresh []op) []string {
 
 // staleAnswers returns the reports answered 409 that cannot be stale: an
 // invalid one (its decoding and fields come first, 400), and a valid one
-// of which no later-numbered report of its node (of its process with a
-// higher seq, or of a later process) had been sent by the time it was
-// answered, so that the state could not hold one.
+// of which no report of its node that could make it stale (of its process
+// with a higher seq, or of another process, which retires its process once
+// applied after it) had been sent by the time it was answered.
 func staleAnswers(ops []op) []string {
-	type sent struct {
-		nodeEpoch, seq uint64
-		call           int64
+	type numbered struct {
+		node      int
+		nodeEpoch uint64
 	}
-	order := func(a, b sent) int { return cmp.Or(cmp.Compare(a.nodeEpoch, b.nodeEpoch), cmp.Compare(a.seq, b.seq)) }
-	var bySeq [nNodes][]sent
+	type sent struct {
+		seq  uint64
+		call int64
+	}
+	byProcess := map[numbered][]sent{} // by seq, with the earliest send of that seq or a higher one
+	var first [nNodes]map[uint64]int64 // per node, each process's earliest send
 	for _, o := range ops {
-		if o.in.kind == opReport && o.in.seq != 0 && o.in.node < nNodes {
-			bySeq[o.in.node] = append(bySeq[o.in.node], sent{o.in.nodeEpoch, o.in.seq, o.call})
+		if o.in.kind != opReport || o.in.seq == 0 || o.in.node >= nNodes {
+			continue
+		}
+		k := numbered{o.in.node, o.in.nodeEpoch}
+		byProcess[k] = append(byProcess[k], sent{o.in.seq, o.call})
+		if first[o.in.node] == nil {
+			first[o.in.node] = map[uint64]int64{}
+		}
+		if t, ok := first[o.in.node][o.in.nodeEpoch]; !ok || o.call < t {
+			first[o.in.node][o.in.nodeEpoch] = o.call
 		}
 	}
-	for n := range bySeq {
-		s := bySeq[n]
-		slices.SortFunc(s, order)
+	for _, s := range byProcess {
+		slices.SortFunc(s, func(a, b sent) int { return cmp.Compare(a.seq, b.seq) })
 		for i := len(s) - 2; i >= 0; i-- {
-			s[i].call = min(s[i].call, s[i+1].call) // the earliest send of this number or a later one
+			s[i].call = min(s[i].call, s[i+1].call)
 		}
 	}
 	var problems []string
@@ -223,10 +235,16 @@ func staleAnswers(ops []op) []string {
 			problems = append(problems, "an unnumbered report was answered 409: "+describeOp(o.in, o.out))
 			continue
 		}
-		s := bySeq[o.in.node]
-		i, _ := slices.BinarySearchFunc(s, sent{o.in.nodeEpoch, o.in.seq + 1, 0}, order)
-		if i == len(s) || s[i].call > o.ret {
-			problems = append(problems, fmt.Sprintf("a report was answered 409 before a later one of its node was sent: client %d at %v: %s",
+		explained := false
+		for e, t := range first[o.in.node] {
+			explained = explained || e != o.in.nodeEpoch && t <= o.ret
+		}
+		s := byProcess[numbered{o.in.node, o.in.nodeEpoch}]
+		if i, _ := slices.BinarySearchFunc(s, o.in.seq+1, func(a sent, t uint64) int { return cmp.Compare(a.seq, t) }); i < len(s) {
+			explained = explained || s[i].call <= o.ret
+		}
+		if !explained {
+			problems = append(problems, fmt.Sprintf("a report was answered 409 before a report of its node that could make it stale was sent: client %d at %v: %s",
 				o.client, time.Duration(o.call), describeOp(o.in, o.out)))
 		}
 	}

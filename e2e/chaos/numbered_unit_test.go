@@ -3,11 +3,13 @@ package chaos
 import (
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 const testNodeEpoch = 1_700_000_000_000
@@ -76,14 +78,15 @@ func TestCheckOlderReportShownAfterAnAck(t *testing.T) {
 }
 
 // A get that shows a report of a node's process after a report of that
-// process was acked and then, invoked after, one of a later process of the
-// node, fails the run: the node moved away from it. One does not if no
+// process was acked and then, invoked after, one of another process of the
+// node (later or earlier: a paused process that resumed), fails the run:
+// the node moved away from it. One does not if no
 // report of the process was acked before the later one was sent (the first
 // report of a process is applied whatever arrived before), if the two
 // acks overlap, if the get was sent before the later ack completed, if a
 // write erased the node's report in between, or if more processes of the
 // node than the worker remembers may have been applied since.
-func TestCheckReportOfARetiredProcessShownAfterALaterOnesAck(t *testing.T) {
+func TestCheckReportOfARetiredProcessShownAfterAnotherOnesAck(t *testing.T) {
 	const e1, e2 = testNodeEpoch, testNodeEpoch + 1
 	old := processAck(0, e1, 5, 2, 100) // [100, 110]
 	later := processAck(0, e2, 1, 3, 200)
@@ -104,6 +107,7 @@ func TestCheckReportOfARetiredProcessShownAfterALaterOnesAck(t *testing.T) {
 		fails bool
 	}{
 		{"the acked report of the old process", []op{old, later, shows(5, 300)}, true},
+		{"the acked report of a process after one of an earlier process", []op{old, processAck(0, e1-1, 9, 3, 200), shows(5, 300)}, true},
 		{"a later report of the old process", []op{old, later, shows(6, 300)}, true},
 		{"seven more processes in flight", append([]op{old, later}, append(inFlight(7), shows(6, 300))...), true},
 		{"no report of the old process acked before", []op{later, shows(3, 300)}, false},
@@ -122,13 +126,14 @@ func TestCheckReportOfARetiredProcessShownAfterALaterOnesAck(t *testing.T) {
 	}
 	got := olderShown([]op{old, later, shows(5, 300)})
 	require.Len(t, got, 1)
-	assert.Contains(t, got[0], "node 1's report of node_epoch 1700000000000 (seq 5) after one of that process and then one of a later process were acked")
+	assert.Contains(t, got[0], "node 1's report of node_epoch 1700000000000 (seq 5) after one of that process and then one of another process were acked")
 }
 
 // A 409 is a problem for an invalid report (400 comes first), an
-// unnumbered one, and one answered before any later report of its node
-// was sent; it is the protocol when a later-numbered report of its node
-// (of its process, or of a later one) was sent first.
+// unnumbered one, and one answered before any report of its node that
+// could make it stale was sent; it is the protocol when one was sent
+// first: of its process with a higher seq, or of any other process, which
+// retires it.
 func TestCheckStaleAnswers(t *testing.T) {
 	stale := func(kind opKind, seq uint64, call int64) op {
 		return op{in: input{kind: kind, node: 0, nodeEpoch: testNodeEpoch, seq: seq}, out: output{status: stStale, code: "409"}, call: call, ret: call + 10}
@@ -143,7 +148,9 @@ func TestCheckStaleAnswers(t *testing.T) {
 		{"answered before the later report was sent", []op{stale(opReport, 5, 50), later}, true},
 		{"no later report of its node", []op{numberedAck(1, 9, 2, 10), stale(opReport, 5, 95)}, true},
 		{"a report of a later process of its node", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch + 1, seq: 1}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, false},
-		{"a report of an earlier process of its node", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch - 1, seq: 6}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, true},
+		{"a report of an earlier process of its node", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch - 1, seq: 1}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, false},
+		{"an earlier report of its process", []op{{in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch, seq: 4}, out: output{status: stOK}, call: 10, ret: 20}, stale(opReport, 5, 95)}, true},
+		{"a report of another process of its node, sent after the answer", []op{stale(opReport, 5, 50), {in: input{kind: opReport, node: 0, nodeEpoch: testNodeEpoch + 1, seq: 1}, out: output{status: stOK}, call: 70, ret: 80}}, true},
 		{"an invalid report", []op{later, stale(opInvalid, 1, 95)}, true},
 		{"an unnumbered report", []op{later, stale(opReport, 0, 95)}, true},
 	} {
@@ -192,18 +199,49 @@ func TestUnitNumberedReportsAndMarkers(t *testing.T) {
 }
 
 // numbering draws seqs per node, strictly increasing across clients; a
-// restart gives the node a new node_epoch, one above, and seqs from 1.
+// restart gives the node a new node_epoch, one above, and seqs from 1; the
+// process before it goes on with its own seqs when a zombie report is
+// drawn (none before the first restart), until the current one has sent
+// zombieWindow reports.
 func TestUnitNumberingPerNode(t *testing.T) {
 	nb := newNumbering(testNodeEpoch)
-	e, s1 := nb.next(0)
-	_, s2 := nb.next(0)
-	_, t1 := nb.next(1)
-	assert.Equal(t, uint64(testNodeEpoch), e)
-	assert.Equal(t, []uint64{1, 2, 1}, []uint64{s1, s2, t1})
+	next := func(n int, zombie bool) [2]uint64 {
+		e, s := nb.next(n, zombie)
+		return [2]uint64{e, s}
+	}
+	assert.Equal(t, [2]uint64{testNodeEpoch, 1}, next(0, false))
+	assert.Equal(t, [2]uint64{testNodeEpoch, 2}, next(0, true), "no process before the first: the current one's")
+	assert.Equal(t, [2]uint64{testNodeEpoch, 1}, next(1, false), "each node its own seqs")
 	nb.restart(0)
-	e, s3 := nb.next(0)
-	assert.Equal(t, []uint64{testNodeEpoch + 1, 1}, []uint64{e, s3})
 	assert.Equal(t, uint64(testNodeEpoch+1), nb.current(0))
-	e, t2 := nb.next(1)
-	assert.Equal(t, []uint64{testNodeEpoch, 2}, []uint64{e, t2}, "another node's process goes on")
+	assert.Equal(t, [2]uint64{testNodeEpoch + 1, 1}, next(0, false))
+	assert.Equal(t, [2]uint64{testNodeEpoch, 3}, next(0, true), "the old process goes on")
+	assert.Equal(t, [2]uint64{testNodeEpoch + 1, 2}, next(0, false))
+	nb.restart(0)
+	assert.Equal(t, [2]uint64{testNodeEpoch + 1, 3}, next(0, true), "the process before the current one")
+	assert.Equal(t, [2]uint64{testNodeEpoch, 2}, next(1, false), "another node's process goes on")
+	for range zombieWindow {
+		next(0, false)
+	}
+	assert.Equal(t, [2]uint64{testNodeEpoch + 2, zombieWindow + 1}, next(0, true), "the old process has stopped")
+
+	nb.replaced(0, testNodeEpoch+1)
+	assert.Equal(t, uint64(testNodeEpoch+2), nb.current(0), "told that an old process was replaced: nothing to do")
+	nb.replaced(0, testNodeEpoch+2)
+	assert.Equal(t, [2]uint64{testNodeEpoch + 3, 1}, next(0, false), "told that the current one was: it restarts")
+}
+
+// A 409 is its own outcome, and says whether the node moved away from the
+// report's process.
+func TestUnitStaleAnswer(t *testing.T) {
+	reply := func(reason string) *nats.Msg {
+		m := nats.NewMsg("inbox")
+		m.Header.Set(protocol.HeaderErrorCode, "409")
+		m.Header.Set(protocol.HeaderError, reason)
+		return m
+	}
+	out := result(input{kind: opReport}, reply("stale report of node 1: node_epoch 5 seq 2, the state holds node_epoch 5 seq 3"), nil)
+	assert.Equal(t, output{status: stStale, code: "409"}, out)
+	out = result(input{kind: opReport}, reply("stale report of node 1: node_epoch 5 seq 2 is a process the node moved away from (the state holds node_epoch 6 seq 1)"), nil)
+	assert.Equal(t, output{status: stStale, code: "409", retired: true}, out)
 }

@@ -57,6 +57,7 @@ type runResult struct {
 	reports    int        // reports sent
 	conflicts  int        // reports answered 503 because their write's condition was refused
 	stales     int        // reports answered 409: a later report of their node was held
+	retired    int        // of those, the reports of a process their node moved away from
 	faults     bool       // the run was to inject faults
 	verdict    verdict
 	problems   []string // final gets that disagree, acked reports lost
@@ -164,6 +165,9 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 			if o.out.status == stStale {
 				res.stales++
 			}
+			if o.out.retired {
+				res.retired++
+			}
 		}
 	}
 	return res
@@ -173,8 +177,8 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 // CHAOS_KEEP set) needs to be understood.
 func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis, h *history) {
 	v := r.verdict
-	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected (%s); %d stale gets; %d of %d reports answered 409 (stale)",
-		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), len(r.events), countKinds(r.events), r.stale, r.stales, r.reports)
+	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected (%s); %d stale gets; %d of %d reports answered 409 (stale), %d of them of a process the node moved away from",
+		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), len(r.events), countKinds(r.events), r.stale, r.stales, r.reports, r.retired)
 	lines, _, _ := summarize(r.recoveries)
 	for _, l := range lines {
 		t.Logf("%s: recovery after the heal, %s", cfg.name, l)

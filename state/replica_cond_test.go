@@ -155,3 +155,45 @@ func TestReplicaConditionsOnADeletionItLoaded(t *testing.T) {
 	fmerge(t, w.mgr, 1, lastExecOf(1, 2))
 	assert.Zero(t, w.mgr.Conflicts())
 }
+
+// TestReplicaJudgesAReportByALaterWriteOfItsNodeThanItsOwn: worker a's
+// write of a node's report 1 is stored, but not answered (a write of
+// another node, before it in a's queue, waits: its condition was refused
+// and its resend is held); another worker then writes the node's report 3
+// of the same process, and a's watch applies it. a's report 2 of that
+// process is stale against report 3, the node's report now, not judged
+// by a's own write: it is answered 409 and never stored.
+func TestReplicaJudgesAReportByALaterWriteOfItsNodeThanItsOwn(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	a := follow(t, mem, state.ReplicaOptions{ID: "a", ApplyTimeout: time.Minute})
+	mem.StallWatches()
+	_, err := mem.Put(t.Context(), flowstate.NodeKey(2), flowstate.AppendJSON(nil, lastExecOf(2, 5).Flows()))
+	require.NoError(t, err)
+	blocker := submit(t, a.mgr, 2, lastExecOf(2, 6)) // refused: a's watch has not applied the write above
+	first := &pending{done: make(chan struct{})}
+	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	stored, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	// Report 3 as another worker writes it, conditioned on report 1's write.
+	third := numbered(1, 100, 3, 3)
+	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, third.Flows, third.NodeEpoch, third.HasNodeEpoch, third.Health),
+		kv.Condition{Key: flowstate.NodeKey(1), Revision: stored.Seq})
+	require.NoError(t, err, "report 1 was stored")
+	mem.HoldPuts()
+	mem.ResumeWatches()
+	require.NoError(t, a.mgr.Sync(t.Context()), "a's watch applied report 3")
+	require.Eventually(t, func() bool { return mem.HeldPuts() == 1 }, followWait, 10*time.Millisecond, "the blocker is sent again, and held")
+	assert.False(t, answered(first), "report 1 waits for the blocker's answer")
+
+	second := &pending{done: make(chan struct{})}
+	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	mem.ReleasePuts(t.Context())
+	_, err = outcome(t, blocker)
+	require.NoError(t, err)
+	_, err = outcome(t, first)
+	require.NoError(t, err)
+	_, err = outcome(t, second)
+	require.ErrorIs(t, err, state.ErrStale, "report 2 is older than report 3, the node's report")
+	got, _ := a.synced(t)
+	assert.Equal(t, int64(3), got.LastExecTimeMap[1], "report 3 is the node's")
+}

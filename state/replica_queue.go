@@ -308,13 +308,23 @@ func countFields(flows []flowstate.Flow) int {
 
 // heldLocked is the lineage of node id's report as this worker knows it
 // now: its own write of the node still in the queue and not refused, which
-// is the node's report if it lands (a later write is conditioned on it), or
-// else the report the watch applied; nil if neither.
+// is the node's report if it lands (a later write is conditioned on it),
+// unless the watch has applied a later write of the node's key (another
+// worker's, stored after it); or else the report the watch applied; nil if
+// neither.
 func (r *Replica) heldLocked(id uint64) *lineage {
-	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.phase != refused {
+	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.phase != refused && !r.passedLocked(p) {
 		return &p.lineage
 	}
 	return r.watchedLocked(id)
+}
+
+// passedLocked reports whether the watch has applied a write of e's node
+// key stored after e: the node's report is then that write's, which e's
+// lineage knows nothing of, and a write conditioned on it is judged
+// against it.
+func (r *Replica) passedLocked(e *write) bool {
+	return e.phase == stored && e.epoch == r.watch.epoch && r.watch.keys[e.node] > e.seq
 }
 
 // watchedLocked is the lineage of node id's report as the watch applied

@@ -236,13 +236,18 @@ func (r *Replica) nextLocked(e *write) (*write, uint64) {
 		return nil, 0
 	}
 	cond := r.watch.keys[next.node]
-	if e.err == nil && e.seq != 0 && e.epoch == r.watch.epoch {
+	landed := e.err == nil && e.seq != 0 && e.epoch == r.watch.epoch
+	if !landed || cond > e.seq {
+		// e did not land, or the watch has applied a write of the node
+		// stored after e (another worker's): next replaces the report the
+		// watch applied, against which it may be stale.
+		if err := next.judgeLocked(r.watchedLocked(next.node)); err != nil {
+			next.refuse(err)
+			return nil, 0
+		}
+	}
+	if landed {
 		cond = max(cond, e.seq)
-	} else if err := next.judgeLocked(r.watchedLocked(next.node)); err != nil {
-		// e did not land: next replaces the report the watch applied,
-		// against which it may be stale.
-		next.refuse(err)
-		return nil, 0
 	}
 	next.cond = cond
 	next.to(sent)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
 )
 
@@ -78,4 +79,45 @@ func TestARefusalThatNamesNoWriteWaitsForAnyLaterOne(t *testing.T) {
 	e = &write{r: r, phase: sent, node: 1, epoch: "e1", cond: 41}
 	require.True(t, r.overtakeLocked(e, &kv.MismatchError{Last: 57, Err: refused}))
 	assert.Equal(t, uint64(57), e.waitFor, "the write the refusal names")
+}
+
+// TestAChainedWriteIsJudgedByALaterWriteOfItsNodeThanTheOneBefore: a
+// write chained after this worker's write of its node, which the store
+// took at 10, is sent once that one is answered. If the watch has applied
+// a write of the node stored after it (another worker's, at 20), the
+// chained write replaces that one: judged against it, it is refused if
+// stale (an older seq of the same process), and else sent conditioned on
+// it.
+func TestAChainedWriteIsJudgedByALaterWriteOfItsNodeThanTheOneBefore(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		laterSeq uint64 // the seq of the report written at 20
+		stale    bool
+	}{
+		{"a later report of the process at 20", 3, true},
+		{"an earlier report of the process at 20", 1, false},
+	} {
+		r, err := NewReplica(nil, ReplicaOptions{})
+		require.NoError(t, err)
+		r.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+		r.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+		flows := []flowstate.Flow{{ID: 1, Has: flowstate.HasLastExecTime, LastExecTime: 1}}
+		r.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(1), Revision: kv.Revision{Epoch: "e1", Seq: 20}, Exact: true,
+			Value: flowstate.AppendNodeJSON(nil, flows, 100, true, &flowstate.Health{Seq: c.laterSeq, HasSeq: true})})
+		r.mu.Lock()
+		e := &write{r: r, phase: stored, node: 1, epoch: "e1", seq: 10}
+		next := &write{r: r, phase: chained, node: 1, epoch: "e1", nodeEpoch: 100, hasEpoch: true, health: &flowstate.Health{Seq: 2, HasSeq: true}}
+		e.next = next
+		sent, cond := r.nextLocked(e)
+		r.mu.Unlock()
+		if c.stale {
+			assert.Nil(t, sent, c.name)
+			assert.Equal(t, refused, next.phase, c.name)
+			assert.ErrorIs(t, next.err, ErrStale, c.name)
+			continue
+		}
+		assert.Same(t, next, sent, c.name)
+		assert.Equal(t, uint64(20), cond, "%s: conditioned on the later write", c.name)
+		assert.Equal(t, uint64(2), next.lineage.seq, c.name)
+	}
 }

@@ -137,9 +137,10 @@ func chaosRun(t *testing.T, spec runSpec) {
 		}
 	}
 	_, worst, _ := summarize(append(append([]recovery(nil), js.recoveries...), mem.recoveries...))
-	fmt.Printf("chaos: seed %d: %d operations checked (jetstream %d, memory %d), %d faults injected (%s), history %s; worst recovery %s; %d stale gets (allowed around server kills and worker pauses); %d of %d reports answered 503 as a write conflict (%s)\n",
+	fmt.Printf("chaos: seed %d: %d operations checked (jetstream %d, memory %d), %d faults injected (%s), history %s; worst recovery %s; %d stale gets (allowed around server kills and worker pauses); %d of %d reports answered 503 as a write conflict (%s); %d answered 409 as stale (%s; %d of a process the node moved away from)\n",
 		spec.seed, js.ops+mem.ops, js.ops, mem.ops, len(js.events)+len(mem.events), countKinds(append(append([]event(nil), js.events...), mem.events...)),
-		verdict, worst, js.stale+mem.stale, js.conflicts+mem.conflicts, js.reports+mem.reports, perThousand(js.conflicts+mem.conflicts, js.reports+mem.reports))
+		verdict, worst, js.stale+mem.stale, js.conflicts+mem.conflicts, js.reports+mem.reports, perThousand(js.conflicts+mem.conflicts, js.reports+mem.reports),
+		js.stales+mem.stales, perThousand(js.stales+mem.stales, js.reports+mem.reports), js.retired+mem.retired)
 }
 
 // perThousand formats n of total per thousand.
@@ -245,6 +246,9 @@ func TestChaosReplayCheck(t *testing.T) {
 	replayLag := lag
 	if s := os.Getenv("CHAOS_REPLAY_LAG"); s != "" {
 		replayLag, _ = time.ParseDuration(s)
+	}
+	for _, p := range append(olderShown(fresh), staleAnswers(ops)...) {
+		t.Log(p)
 	}
 	v := check(fresh, nil, nil, replayLag, replayTimeout())
 	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))

@@ -71,7 +71,11 @@ func describeOp(in input, out output) string {
 	case opGet:
 		b.WriteString("get")
 	case opReport:
-		fmt.Fprintf(&b, "report node %d %s", in.node+1, describeReport(in.report))
+		fmt.Fprintf(&b, "report node %d", in.node+1)
+		if in.seq != 0 {
+			fmt.Fprintf(&b, " node_epoch %d seq %d", in.nodeEpoch, in.seq)
+		}
+		b.WriteString(" " + describeReport(in.report))
 	case opInvalid:
 		fmt.Fprintf(&b, "invalid report node %d (%s)", in.node+1, in.why)
 	}
@@ -79,13 +83,15 @@ func describeOp(in input, out output) string {
 	case stOK:
 		fmt.Fprintf(&b, " -> epoch %s rev %d", out.epoch, out.rev)
 		if in.kind == opGet {
-			b.WriteString(" " + describeReport(out.agg))
+			b.WriteString(" " + describeReport(out.agg) + describeMarks(out.marks))
 		}
 		if out.alien {
 			b.WriteString(" (holds what no client sent) " + out.code)
 		}
 	case stRejected:
 		b.WriteString(" -> rejected " + out.code)
+	case stStale:
+		b.WriteString(" -> stale " + out.code)
 	default:
 		b.WriteString(" -> unknown: " + out.code)
 	}
@@ -100,4 +106,19 @@ func describeReport(r report) string {
 		}
 	}
 	return "{" + strings.Join(parts, " ") + "}"
+}
+
+// describeMarks names the node_epoch and seq of each node's report that a
+// get shows (markerFlow), "" if it shows none.
+func describeMarks(marks [nNodes]mark) string {
+	var parts []string
+	for n, m := range marks {
+		if m.seq != 0 {
+			parts = append(parts, fmt.Sprintf("%d:%d/%d", n+1, m.epoch, m.seq))
+		}
+	}
+	if parts == nil {
+		return ""
+	}
+	return " node_epoch/seq {" + strings.Join(parts, " ") + "}"
 }

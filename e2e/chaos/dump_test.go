@@ -11,11 +11,14 @@ type dumpOp struct {
 	Kind        opKind
 	Node        int
 	Report      report
+	NodeEpoch   uint64 `json:",omitempty"`
+	Seq         uint64 `json:",omitempty"`
 	Why         string
 	Status      status
 	Code, Epoch string
 	Rev         uint64
 	Agg         report
+	Marks       [nNodes][2]uint64 `json:",omitzero"` // node_epoch and seq per node
 	Alien       bool
 	Call, Ret   int64
 }
@@ -23,7 +26,11 @@ type dumpOp struct {
 func dumpHistory(path string, ops []op) error {
 	out := make([]dumpOp, len(ops))
 	for i, o := range ops {
-		out[i] = dumpOp{o.client, o.in.kind, o.in.node, o.in.report, o.in.why, o.out.status, o.out.code, o.out.epoch, o.out.rev, o.out.agg, o.out.alien, o.call, o.ret}
+		var marks [nNodes][2]uint64
+		for n, m := range o.out.marks {
+			marks[n] = [2]uint64{m.epoch, m.seq}
+		}
+		out[i] = dumpOp{o.client, o.in.kind, o.in.node, o.in.report, o.in.nodeEpoch, o.in.seq, o.in.why, o.out.status, o.out.code, o.out.epoch, o.out.rev, o.out.agg, marks, o.out.alien, o.call, o.ret}
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -43,8 +50,12 @@ func loadHistory(path string) ([]op, error) {
 	}
 	ops := make([]op, len(in))
 	for i, d := range in {
-		ops[i] = op{client: d.Client, in: input{kind: d.Kind, node: d.Node, report: d.Report, why: d.Why},
-			out: output{status: d.Status, code: d.Code, epoch: d.Epoch, rev: d.Rev, agg: d.Agg, alien: d.Alien}, call: d.Call, ret: d.Ret}
+		var marks [nNodes]mark
+		for n, m := range d.Marks {
+			marks[n] = mark{m[0], m[1]}
+		}
+		ops[i] = op{client: d.Client, in: input{kind: d.Kind, node: d.Node, report: d.Report, nodeEpoch: d.NodeEpoch, seq: d.Seq, why: d.Why},
+			out: output{status: d.Status, code: d.Code, epoch: d.Epoch, rev: d.Rev, agg: d.Agg, marks: marks, alien: d.Alien}, call: d.Call, ret: d.Ret}
 	}
 	return ops, nil
 }

@@ -106,7 +106,7 @@ func chunkedGet(c *flowclient.Client) output {
 		return output{status: stUnknown, code: err.Error()}
 	}
 	out := output{status: stOK, epoch: s.Epoch, rev: s.Revision}
-	out.agg, out.alien = fromValue(s.Value)
+	out.agg, out.marks, out.alien = fromValue(s.Value)
 	if !ballastIntact(s.Value) {
 		out.alien, out.code = true, fmt.Sprintf("ballast flows partly there or changed (%d flows)", len(s.Value.StateSize))
 	}

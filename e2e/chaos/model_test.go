@@ -470,7 +470,8 @@ func partition(h []porcupine.Operation) [][]porcupine.Operation {
 
 // operations converts the recorded history into porcupine's (answered
 // gets, acked reports, acked invalid reports) and the model's table of
-// reports of unknown outcome.
+// reports of unknown outcome. A report answered 409 is in neither: it
+// changed nothing, and a get that shows it is a violation.
 //
 // A report of unknown outcome (a timeout or a 5xx) may take effect within
 // lag of its invocation, or later, but before the first report that was

@@ -101,3 +101,28 @@ func TestModelTwoStatesAtOneRevision(t *testing.T) {
 	assert.Len(t, twoStates([]op{get(kept, report{{1, 1, 1}}, 10), get(kept, report{{2, 2, 2}}, 30)}), 1)
 	assert.Empty(t, twoStates([]op{get(kept, report{{1, 1, 1}}, 10), get("e", report{{2, 2, 2}}, 30)}))
 }
+
+// A report answered 409 changed nothing: a get that shows it is a
+// violation, one that does not is not, and a later-numbered report of its
+// node that overtook it is what the state holds.
+func TestModelStaleReportIsNotApplied(t *testing.T) {
+	r, later := report{{5, 6, 7}}, report{{8, 8, 8}}
+	stale := op{client: 1, in: input{kind: opReport, node: 0, report: r, nodeEpoch: testNodeEpoch, seq: 1}, out: output{status: stStale, code: "409"}, call: 10, ret: 40}
+	overtook := op{client: 2, in: input{kind: opReport, node: 0, report: later, nodeEpoch: testNodeEpoch, seq: 2}, out: output{status: stOK, epoch: "e", rev: 1}, call: 20, ret: 30}
+	get := func(agg report, rev uint64) op {
+		return op{client: 3, in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: rev, agg: agg}, call: 50, ret: 60}
+	}
+	for _, c := range []struct {
+		name string
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"overtaken, the later one held", []op{overtook, stale, get(later, 1)}, porcupine.Ok},
+		{"overtaken, yet shown", []op{overtook, stale, get(r, 2)}, porcupine.Illegal},
+		{"409 and not shown", []op{stale, get(report{}, 0)}, porcupine.Ok},
+		{"409 and shown", []op{stale, get(r, 1)}, porcupine.Illegal},
+	} {
+		v := check(c.ops, nil, nil, lag, 10*time.Second)
+		assert.Equal(t, c.want, v.result, c.name)
+	}
+}

@@ -176,7 +176,7 @@ func countKinds(evs []event) string {
 func (r *runResult) details(ops []op) []string {
 	out := make([]string, len(r.events))
 	for i, e := range r.events {
-		type tally struct{ ok, rejected, unavailable, timeout int }
+		type tally struct{ ok, rejected, stale, unavailable, timeout int }
 		var reports, gets tally
 		for _, o := range ops {
 			if o.call < e.start || o.call > e.heal || o.in.kind == opInvalid || o.client == r.nemesisID {
@@ -191,14 +191,16 @@ func (r *runResult) details(ops []op) []string {
 				t.ok++
 			case o.out.status == stRejected:
 				t.rejected++
+			case o.out.status == stStale:
+				t.stale++
 			case o.out.code == "503":
 				t.unavailable++
 			default:
 				t.timeout++
 			}
 		}
-		s := fmt.Sprintf("meanwhile reports %d acked, %d 503, %d failed otherwise; gets %d answered, %d 503, %d failed otherwise",
-			reports.ok, reports.unavailable, reports.timeout+reports.rejected, gets.ok, gets.unavailable, gets.timeout+gets.rejected)
+		s := fmt.Sprintf("meanwhile reports %d acked, %d 503, %d 409, %d failed otherwise; gets %d answered, %d 503, %d failed otherwise",
+			reports.ok, reports.unavailable, reports.stale, reports.timeout+reports.rejected, gets.ok, gets.unavailable, gets.timeout+gets.rejected)
 		if i < len(r.recoveries) {
 			rec := r.recoveries[i]
 			s += "; after the heal"

@@ -56,6 +56,8 @@ type runResult struct {
 	stale      int        // gets that served a stale state (the README's exception)
 	reports    int        // reports sent
 	conflicts  int        // reports answered 503 because their write's condition was refused
+	stales     int        // reports answered 409: a later report of their node was held
+	retired    int        // of those, the reports of a process their node moved away from
 	faults     bool       // the run was to inject faults
 	verdict    verdict
 	problems   []string // final gets that disagree, acked reports lost
@@ -86,11 +88,12 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	ctx, stopClients := context.WithCancel(context.Background())
 	defer stopClients()
 	var wg sync.WaitGroup
+	numbers := newNumbering(uint64(h.origin.UnixMilli()))
 	for i := range cfg.clients {
 		nc, err := s.connect(fmt.Sprintf("chaos client %d", i))
 		require.NoError(t, err)
 		defer nc.Close()
-		c := &client{id: i, nc: nc, rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)+1)), h: h, timeout: requestTimeout, pause: 50 * time.Millisecond}
+		c := &client{id: i, nc: nc, rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)+1)), h: h, timeout: requestTimeout, pause: 50 * time.Millisecond, numbers: numbers}
 		if cfg.large {
 			c.pause = largePause
 			c.chunked, err = flowclient.New(nc, flowclient.Options{Timeout: requestTimeout})
@@ -149,6 +152,8 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	res.nemesisID = nem.id
 	res.recoveries = recoveries(res.events, fresh, updates.snapshot(), nem.id, h.now())
 	res.problems = append(res.problems, twoStates(fresh)...)
+	res.problems = append(res.problems, olderShown(fresh)...)
+	res.problems = append(res.problems, staleAnswers(ops)...)
 	res.verdict = check(fresh, s.opens(), forgotAt(res.events), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
 	for _, o := range ops {
@@ -156,6 +161,12 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 			res.reports++
 			if o.out.conflict {
 				res.conflicts++
+			}
+			if o.out.status == stStale {
+				res.stales++
+			}
+			if o.out.retired {
+				res.retired++
 			}
 		}
 	}
@@ -166,8 +177,8 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 // CHAOS_KEEP set) needs to be understood.
 func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis, h *history) {
 	v := r.verdict
-	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected (%s); %d stale gets",
-		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), len(r.events), countKinds(r.events), r.stale)
+	t.Logf("%s: seed %d, %d operations checked in %d epoch partitions in %v: %v; %d faults injected (%s); %d stale gets; %d of %d reports answered 409 (stale), %d of them of a process the node moved away from",
+		cfg.name, cfg.seed, v.ops, v.partitions, v.took.Round(time.Millisecond), resultWord(v.result), len(r.events), countKinds(r.events), r.stale, r.stales, r.reports, r.retired)
 	lines, _, _ := summarize(r.recoveries)
 	for _, l := range lines {
 		t.Logf("%s: recovery after the heal, %s", cfg.name, l)
@@ -274,9 +285,9 @@ func twoStates(fresh []op) []string {
 		v := version{o.out.epoch, o.out.rev}
 		if p, ok := states[v]; !ok {
 			states[v] = o
-		} else if p.out.agg != o.out.agg && len(problems) < 5 {
-			problems = append(problems, fmt.Sprintf("two states at epoch %s revision %d: %s and %s",
-				v.epoch, v.rev, describeReport(p.out.agg), describeReport(o.out.agg)))
+		} else if (p.out.agg != o.out.agg || p.out.marks != o.out.marks) && len(problems) < 5 {
+			problems = append(problems, fmt.Sprintf("two states at epoch %s revision %d: %s%s and %s%s",
+				v.epoch, v.rev, describeReport(p.out.agg), describeMarks(p.out.marks), describeReport(o.out.agg), describeMarks(o.out.marks)))
 		}
 	}
 	return problems
@@ -406,7 +417,7 @@ func lostAcks(ops []op, final op) []string {
 		superseded := false
 		for i := range ops {
 			o := &ops[i]
-			if o == last || o.in.kind != opReport || o.in.node != n || o.out.status == stRejected {
+			if o == last || o.in.kind != opReport || o.in.node != n || o.out.status == stRejected || o.out.status == stStale {
 				continue
 			}
 			end := o.ret

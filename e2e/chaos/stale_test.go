@@ -58,10 +58,14 @@ func staleProblems(fresh, stale []op, windows [][2]int64) []string {
 		epoch string
 		rev   uint64
 	}
-	states := map[version]report{}
+	type shown struct {
+		agg   report
+		marks [nNodes]mark
+	}
+	states := map[version]shown{}
 	for _, o := range fresh {
 		if o.in.kind == opGet && o.out.status == stOK {
-			states[version{o.out.epoch, o.out.rev}] = o.out.agg
+			states[version{o.out.epoch, o.out.rev}] = shown{o.out.agg, o.out.marks}
 		}
 	}
 	var problems []string
@@ -74,7 +78,7 @@ func staleProblems(fresh, stale []op, windows [][2]int64) []string {
 			problems = append(problems, fmt.Sprintf("a stale get outside a JetStream outage: client %d at %v: %s",
 				o.client, time.Duration(o.call), describeOp(o.in, o.out)))
 		}
-		if agg, ok := states[version{o.out.epoch, o.out.rev}]; ok && agg != o.out.agg {
+		if st, ok := states[version{o.out.epoch, o.out.rev}]; ok && st != (shown{o.out.agg, o.out.marks}) {
 			problems = append(problems, fmt.Sprintf("a stale get shows another state than revision %d had: %s",
 				o.out.rev, describeOp(o.in, o.out)))
 		}

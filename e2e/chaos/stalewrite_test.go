@@ -107,6 +107,7 @@ func describeLate(out output, m *nats.Msg) string {
 type stalledRoute struct {
 	s       *system
 	node    uint64
+	rep     reportFn           // the node's reports
 	third   uint64             // report 3's revision
 	healthy *nats.Conn         // a client of s1
 	answers *nats.Subscription // the flownode's inbox, on s0
@@ -121,14 +122,16 @@ type stalledRoute struct {
 // stalls every route of s0, sends report 2 there, and acks report 3
 // through s1.
 func stallFlownodeServer(t *testing.T, conf string) *stalledRoute {
-	return stallFlownodeServerWith(t, conf, seqReport)
+	s, _ := startLedSystem(t, newHistory(), systemConfig{on: []int{1, 2}, serverConfig: conf}, 1)
+	return stallFlownodeServerOf(t, s, seqReport)
 }
 
-// stallFlownodeServerWith is stallFlownodeServer with reports of rep.
-func stallFlownodeServerWith(t *testing.T, conf string, rep reportFn) *stalledRoute {
+// stallFlownodeServerOf stalls every route of s's server s0, which no
+// worker is on, sends report 2 of rep there, and acks report 3 of rep
+// through s1.
+func stallFlownodeServerOf(t *testing.T, s *system, rep reportFn) *stalledRoute {
 	const node = 1
-	s, _ := startLedSystem(t, newHistory(), systemConfig{on: []int{1, 2}, serverConfig: conf}, 1)
-	r := &stalledRoute{s: s, node: node, seen: map[int]chan struct{}{}, mark: map[int]chan struct{}{}}
+	r := &stalledRoute{s: s, node: node, rep: rep, seen: map[int]chan struct{}{}, mark: map[int]chan struct{}{}}
 	var err error
 	r.flownode, err = nats.Connect(s.servers[0].URL)
 	require.NoError(t, err)

@@ -31,7 +31,7 @@ const maxFlows = 6000
 // the clients and the nemesis reach the servers directly.
 type system struct {
 	jetstream bool
-	cluster   *proctest.Cluster // JetStream only
+	cluster   *proctest.Cluster // JetStream, or memory with routes (startRoutedMemorySystem)
 	servers   []*proctest.Server
 	workers   []*proc
 	links     [][]*netfault.Proxy // links[w][i]: worker w's link to server i
@@ -130,6 +130,26 @@ func startMemorySystem(t testing.TB, clock func() int64, path string, env ...str
 	})
 	s := &system{clock: clock, urls: srv.URL, servers: []*proctest.Server{srv}}
 	s.workers = []*proc{newWorkerProc("worker", path, env, "--nats-url", s.urls, "--max-flows", fmt.Sprint(maxFlows))}
+	s.startWorkers(t)
+	return s
+}
+
+// startRoutedMemorySystem runs three clustered nats-servers, routed through
+// proxies, with the servers' configuration conf, and one memory-backend
+// worker on s1 alone: a route of the cluster can hold a request on its way
+// to the worker.
+func startRoutedMemorySystem(t testing.TB, clock func() int64, conf string) *system {
+	t.Helper()
+	cl, err := proctest.StartCluster(proctest.ClusterSpec{Path: bin.natsServer, Name: "chaos", Proxied: true,
+		StoreDir: func(int) string { return t.TempDir() }, Keep: logKeep, Config: conf, Monitor: true})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := cl.Close(); err != nil {
+			t.Log(err)
+		}
+	})
+	s := &system{clock: clock, cluster: cl, servers: cl.Servers, urls: strings.Join(cl.URLs(), ",")}
+	s.workers = []*proc{newWorkerProc("worker", bin.worker, nil, "--nats-url", cl.Servers[1].URL, "--max-flows", fmt.Sprint(maxFlows))}
 	s.startWorkers(t)
 	return s
 }

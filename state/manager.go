@@ -197,6 +197,14 @@ func (m *Manager) Size() (nodes, flows int) {
 	return m.agg.Len()
 }
 
+// ErrorBytes returns the bytes of error messages the nodes' health holds,
+// as Limits.MaxErrorBytes counts them.
+func (m *Manager) ErrorBytes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.errorBytes
+}
+
 // EvictSilent removes every node whose last report was applied before
 // cutoff, as if its key were deleted: a node that stopped reporting no
 // longer holds its flows in the aggregate. Each eviction takes a revision.

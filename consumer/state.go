@@ -26,6 +26,9 @@ type State interface {
 	EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, state.MergeResult, error)
 	// Size returns how many nodes and flows the state holds.
 	Size() (nodes, flows int)
+	// ErrorBytes returns the bytes of error messages (v3 last_errors) the
+	// state holds over all nodes.
+	ErrorBytes() int
 	// Stats returns the flow stats (the stats view of a get) at one
 	// version.
 	Stats(ctx context.Context) (state.Stats, error)

@@ -47,6 +47,7 @@ type Stats struct {
 	// The state now.
 	Revision       uint64 // current revision
 	Nodes, Flows   int    // nodes and flows in the aggregate
+	ErrorBytes     int    // bytes of error messages the nodes' health holds (protocol v3, --max-error-bytes)
 	AggregateBytes int    // size of the msgpack aggregate at the last get or update, fitting the max payload or not
 }
 

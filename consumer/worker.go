@@ -254,6 +254,7 @@ func (w *Worker) ServiceID() string {
 func (w *Worker) Stats() Stats {
 	s := w.stats.snapshot()
 	s.Nodes, s.Flows = w.mgr.Size()
+	s.ErrorBytes = w.mgr.ErrorBytes()
 	if v, err := w.mgr.Version(context.Background()); err == nil {
 		s.Revision = v.Revision
 	}

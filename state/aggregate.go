@@ -26,6 +26,11 @@ type Aggregate struct {
 	spareAggs  []*aggFlow
 	spareSlots []int32
 	free       []*aggFlow // removed entries, for reuse
+	spareNames [2][]flowName
+
+	// named counts the flows the nodes name in their health
+	// (aggregate_named.go).
+	named namedFlows
 
 	changes changeLog
 }
@@ -35,7 +40,10 @@ type aggNode struct {
 	flows []flowstate.Flow // sorted by ID, each with a field present
 	aggs  []*aggFlow       // aggs[i] is the entry of flows[i]
 	slots []int32          // slots[i] is this node's index in aggs[i].contribs
-	meta  *nodeMeta        // what a Manager keeps of the node; nil in a Replica
+	// health is the flows its last report names in processed_rows or
+	// last_errors, sorted by ID: the state's kept copy, never changed.
+	health []flowstate.FlowHealth
+	meta   *nodeMeta // what a Manager keeps of the node; nil in a Replica
 }
 
 // aggFlow is one flow of the aggregate: every node's contribution to it and
@@ -118,54 +126,32 @@ func (a *Aggregate) Nodes() iter.Seq2[uint64, []flowstate.Flow] {
 	}
 }
 
-// Check returns nil if applying a report of nodeID made of flows keeps the
-// aggregate within lim, and a *CapacityError otherwise. A report that adds
-// no node and does not grow the number of flows past the limit passes even
-// when the aggregate is already past it. Its cost is linear in the report
-// and the node's last report. flows must be sorted by ID, each ID once.
+// Check returns nil if applying a report of nodeID made of flows, without
+// v3 fields, keeps the aggregate within lim, and a *CapacityError
+// otherwise (checkNode).
 func (a *Aggregate) Check(nodeID uint64, flows []flowstate.Flow, lim Limits) error {
-	return a.checkNode(a.nodes[nodeID], flows, lim)
+	return a.checkNode(a.nodes[nodeID], flows, nil, lim)
 }
 
-// checkNode is Check of the node n (nil for a node that the aggregate does
-// not hold), so that the caller looks the node up once per report.
-func (a *Aggregate) checkNode(n *aggNode, flows []flowstate.Flow, lim Limits) error {
+// checkNode returns nil if applying a report of the node n (nil for a node
+// that the aggregate does not hold) made of flows, and of health (the
+// flows its v3 maps name), keeps the aggregate within lim, and a
+// *CapacityError otherwise. Every flow named in any map counts toward
+// lim.MaxFlows (Named). A report that adds no node and does not grow the
+// number of flows past the limit passes even when the aggregate is already
+// past it. Its cost is linear in the report and the node's last report.
+// flows and health must be sorted by ID, each ID once.
+func (a *Aggregate) checkNode(n *aggNode, flows []flowstate.Flow, health []flowstate.FlowHealth, lim Limits) error {
 	if n == nil && lim.MaxNodes > 0 && len(a.nodes) >= lim.MaxNodes {
 		return &CapacityError{Limit: LimitMaxNodes, Max: lim.MaxNodes, Would: len(a.nodes) + 1}
 	}
-	if lim.MaxFlows <= 0 || len(a.flows)+len(flows) <= lim.MaxFlows {
+	now := a.Named()
+	if lim.MaxFlows <= 0 || now+len(flows)+len(health) <= lim.MaxFlows {
 		return nil // a report adds at most one flow per flow of its own
 	}
-	var old []flowstate.Flow
-	var aggs []*aggFlow
-	if n != nil {
-		old, aggs = n.flows, n.aggs
-	}
-	added, removed := 0, 0
-	i, j := 0, 0
-	for i < len(old) || j < len(flows) {
-		if j < len(flows) && canonical(flows[j]).Has == 0 {
-			j++
-			continue
-		}
-		switch {
-		case j == len(flows) || (i < len(old) && old[i].ID < flows[j].ID):
-			if len(aggs[i].contribs) == 1 {
-				removed++
-			}
-			i++
-		case i < len(old) && old[i].ID == flows[j].ID:
-			i++
-			j++
-		default:
-			if a.flows[flows[j].ID] == nil {
-				added++
-			}
-			j++
-		}
-	}
-	would := len(a.flows) + added - removed
-	if would > lim.MaxFlows && would > len(a.flows) {
+	added, removed := a.addedFlows(n, flows, health)
+	would := now + added - removed
+	if would > lim.MaxFlows && would > now {
 		return &CapacityError{Limit: LimitMaxTotalFlows, Max: lim.MaxFlows, Would: would}
 	}
 	return nil
@@ -174,20 +160,24 @@ func (a *Aggregate) checkNode(n *aggNode, flows []flowstate.Flow, lim Limits) er
 // Apply replaces the last report of nodeID with flows, which must be sorted
 // by ID, each ID once; flows with no field present are left out. An empty
 // report keeps the node, with no flows. It does not retain flows, and
-// reports whether the aggregate changed.
+// reports whether the aggregate changed. The report has no v3 fields: the
+// node names no flow in its health any more.
 func (a *Aggregate) Apply(nodeID uint64, flows []flowstate.Flow) (changed bool) {
-	_, changed = a.applyNode(nodeID, a.nodes[nodeID], flows)
+	_, changed = a.applyNode(nodeID, a.nodes[nodeID], flows, nil)
 	return changed
 }
 
 // applyNode is Apply of node n, the aggregate's entry of nodeID, or nil if
-// it holds none; it returns the node's entry.
-func (a *Aggregate) applyNode(nodeID uint64, n *aggNode, flows []flowstate.Flow) (*aggNode, bool) {
+// it holds none, whose report names health in its v3 maps (retained: it
+// must not change); it returns the node's entry.
+func (a *Aggregate) applyNode(nodeID uint64, n *aggNode, flows []flowstate.Flow, health []flowstate.FlowHealth) (*aggNode, bool) {
 	if n == nil {
 		n = &aggNode{}
 		a.nodes[nodeID] = n
 	}
-	return n, a.replace(n, flows)
+	changed := a.replace(n, flows)
+	a.setHealth(n, health)
+	return n, changed
 }
 
 // Remove forgets nodeID and its flows (an eviction), and reports whether
@@ -198,6 +188,7 @@ func (a *Aggregate) Remove(nodeID uint64) (changed bool) {
 		return false
 	}
 	changed = a.replace(n, nil)
+	a.setHealth(n, nil)
 	delete(a.nodes, nodeID)
 	return changed
 }
@@ -206,6 +197,8 @@ func (a *Aggregate) Remove(nodeID uint64) (changed bool) {
 func (a *Aggregate) Reset() {
 	clear(a.nodes)
 	clear(a.flows)
+	clear(a.named.nodes)
+	a.named.extra = 0
 	clear(a.order)
 	a.order = a.order[:0]
 	a.stale = true
@@ -308,6 +301,7 @@ func (a *Aggregate) join(n *aggNode, f flowstate.Flow) (*aggFlow, int32, bool) {
 	e.agg = f
 	s := e.add(n, f)
 	a.flows[f.ID] = e
+	a.joined(f.ID)
 	a.stale = true
 	a.record(e)
 	return e, s, true
@@ -327,6 +321,7 @@ func (a *Aggregate) leave(e *aggFlow, slot int32) bool {
 	a.record(e)
 	a.changes.left++ // e's id may be recorded again if the flow comes back
 	delete(a.flows, e.agg.ID)
+	a.left(e.agg.ID)
 	a.stale = true
 	e.mark = 0
 	if len(a.free) < maxFree {

@@ -58,9 +58,12 @@
 // get returning None); the value is then empty.
 //
 // Capacity: with Options.Limits (ReplicaOptions.Limits), a report that
-// would take the state past MaxNodes nodes or MaxFlows distinct flows is
-// refused whole with a *CapacityError before anything changes; a known
-// node's report that does not grow the state past a limit always passes.
+// would take the state past MaxNodes nodes or MaxFlows distinct flows (a
+// flow named in any map of a node's last report counts, its health's
+// processed_rows and last_errors included) or MaxErrorBytes bytes of error
+// messages is refused whole with a *CapacityError before anything changes;
+// a known node's report that does not grow the state past a limit always
+// passes.
 //
 // Deltas: Delta returns the flows whose aggregate entry changed since the
 // previous Delta of the epoch (Base), with their entries now (none present:
@@ -87,7 +90,7 @@
 // applies it by one rule that depends on the value alone, the same live
 // and loading (PROTOCOL.md, "What a worker applies from a shared store"): a
 // FlowStateValue by serde_json's rules naming at most MaxReportFlows flows
-// is the node's report, anything else is no value (the node is absent, as
+// in all its maps is the node's report, anything else is no value (the node is absent, as
 // if its key were deleted), and a key that is not NodeKey of a node is
 // ignored; StoreRefusals counts them. The limits are the writer's: a state
 // past them, written from outside, is served as it is, and a report that

@@ -78,8 +78,8 @@ func NewManager(opts Options) *Manager {
 	return &Manager{opts: opts, epoch: kv.NewEpoch(), agg: NewAggregate()}
 }
 
-// Merge applies a node's report, whose flows are sorted by ID, each ID
-// once (ErrUnsortedFlows otherwise): it replaces the node's previous report
+// Merge applies a node's report, whose flows, and its health's, are sorted
+// by ID, each ID once (ErrUnsortedFlows otherwise): it replaces the node's previous report
 // whole (an empty report removes all of its flows). Flows with no field
 // present are ignored. A stale report (a *StaleError: not newer than the
 // node's held report of the same process, or of a process the node moved
@@ -89,6 +89,9 @@ func NewManager(opts Options) *Manager {
 func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	nodeID, flows := rep.Node, rep.Flows
 	if err := checkSorted(flows); err != nil {
+		return MergeResult{}, err
+	}
+	if err := checkSortedHealth(rep.Health); err != nil {
 		return MergeResult{}, err
 	}
 	m.mu.Lock()
@@ -103,7 +106,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if err := held.stale(nodeID, &rep); err != nil {
 		return MergeResult{}, err
 	}
-	if err := m.agg.checkNode(n, flows, m.opts.Limits); err != nil {
+	if err := m.agg.checkNode(n, flows, healthFlows(keepHealthOf(&rep)), m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
 	var oldErrors int
@@ -116,7 +119,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	}
 	m.errorBytes += kept.ErrorBytes() - oldErrors
 	next := held.after(&rep)
-	n, changed := m.agg.applyNode(nodeID, n, flows)
+	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	if n.meta == nil {
 		n.meta = &nodeMeta{}
 	}
@@ -192,6 +195,14 @@ func (m *Manager) Size() (nodes, flows int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.agg.Len()
+}
+
+// ErrorBytes returns the bytes of error messages the nodes' health holds,
+// as Limits.MaxErrorBytes counts them.
+func (m *Manager) ErrorBytes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.errorBytes
 }
 
 // EvictSilent removes every node whose last report was applied before

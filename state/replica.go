@@ -230,7 +230,7 @@ func (r *Replica) writeLocked(ev kv.Event) bool {
 // the store live or loads it, for its own writes and the others'
 // (PROTOCOL.md, "What a worker applies from a shared store"): a
 // FlowStateValue by serde_json's rules that names at most MaxReportFlows
-// flows is the node's report; anything else is no value, and the node is
+// flows in all its maps (its v3 ones included) is the node's report; anything else is no value, and the node is
 // absent as if its key were deleted. (A key whose node token is not
 // canonical is ignored: writeLocked.)
 func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
@@ -252,7 +252,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 		return
 	}
 	w.errorBytes += h.ErrorBytes()
-	if w.agg.Apply(id, flows) {
+	if _, changed := w.agg.applyNode(id, w.agg.nodes[id], flows, healthFlows(h)); changed {
 		r.served.changed = true
 	}
 	r.writes.nodeApplied(id)
@@ -286,8 +286,8 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage
 	} else {
 		h = keepHealth(&w.health)
 	}
-	if limit := r.opts.MaxReportFlows; limit > 0 && len(w.flows) > limit {
-		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, len(w.flows), limit)
+	if limit := r.opts.MaxReportFlows; limit > 0 && countNamed(w.flows, healthFlows(h)) > limit {
+		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, countNamed(w.flows, healthFlows(h)), limit)
 		if own != nil {
 			own.err = err // the others do not hold it: no ack
 		}

@@ -38,8 +38,14 @@ func (p *pending) Complete(res state.MergeResult, err error) {
 // submit gives a report to r.
 func submit(tb testing.TB, r *state.Replica, node uint64, v flowstate.FlowStateValue) *pending {
 	tb.Helper()
+	return submitReport(tb, r, state.Report{Node: node, Flows: v.Flows()})
+}
+
+// submitReport submits rep to r.
+func submitReport(tb testing.TB, r *state.Replica, rep state.Report) *pending {
+	tb.Helper()
 	p := &pending{done: make(chan struct{})}
-	require.NoError(tb, r.Submit(tb.Context(), state.Report{Node: node, Flows: v.Flows()}, p), "submit report of node %d", node)
+	require.NoError(tb, r.Submit(tb.Context(), rep, p), "submit report of node %d", rep.Node)
 	return p
 }
 

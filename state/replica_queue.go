@@ -124,15 +124,16 @@ func (q *queue) chainLocked(e *write) bool {
 }
 
 // keepLocked records the report of e: its flows, to apply when the watch
-// delivers its write, counted against the limits while it is in flight.
-func (q *queue) keepLocked(e *write, flows []flowstate.Flow, countFlows bool, agg *Aggregate) {
+// delivers its write, counted against the limits while it is in flight
+// with the flows its health names.
+func (q *queue) keepLocked(e *write, flows []flowstate.Flow, health []flowstate.FlowHealth, countFlows bool, agg *Aggregate) {
 	for _, f := range flows {
 		if f.Has != 0 { // flowstate.AppendJSON writes nothing of a flow without fields
 			e.flows = append(e.flows, f)
 		}
 	}
 	if countFlows {
-		e.counted = len(e.flows)
+		e.counted = countNamed(e.flows, health)
 		q.flowsInFlight += e.counted
 	}
 	if _, ok := agg.NodeFlows(e.node); !ok {
@@ -150,8 +151,11 @@ func (r *Replica) admitLocked(rep *Report) error {
 	if err := checkSorted(flows); err != nil {
 		return err
 	}
+	if err := checkSortedHealth(rep.Health); err != nil {
+		return err
+	}
 	if limit := r.opts.MaxReportFlows; limit > 0 {
-		if n := countFields(flows); n > limit {
+		if n := countNamed(flows, healthFlows(rep.Health)); n > limit {
 			return fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, n, limit)
 		}
 	}
@@ -167,7 +171,7 @@ func (r *Replica) admitLocked(rep *Report) error {
 	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), keepHealthOf(rep), r.opts.Limits.MaxErrorBytes); err != nil {
 		return err
 	}
-	if err := r.watch.agg.Check(nodeID, flows, r.writes.limitsLocked(r.opts.Limits)); err != nil {
+	if err := r.watch.agg.checkNode(r.watch.agg.nodes[nodeID], flows, healthFlows(keepHealthOf(rep)), r.writes.limitsLocked(r.opts.Limits)); err != nil {
 		return err
 	}
 	return r.writes.checkNewNodeLocked(nodeID, r.opts.Limits.MaxNodes, r.watch.agg)
@@ -292,18 +296,6 @@ func (r *Replica) takeAnswers(holding bool) []answer {
 		r.wait.broadcastLocked() // Drain waits for the queue to empty
 	}
 	return batch
-}
-
-// countFields counts the flows with a field present: those a report's value
-// names.
-func countFields(flows []flowstate.Flow) int {
-	n := 0
-	for _, f := range flows {
-		if f.Has != 0 {
-			n++
-		}
-	}
-	return n
 }
 
 // heldLocked is the lineage of node id's report as this worker knows it

@@ -153,3 +153,11 @@ func (r *Replica) Size() (nodes, flows int) {
 	defer r.mu.Unlock()
 	return r.watch.agg.Len()
 }
+
+// ErrorBytes returns the bytes of error messages of the nodes' health that
+// the watch applied, as Limits.MaxErrorBytes counts them.
+func (r *Replica) ErrorBytes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watch.errorBytes
+}

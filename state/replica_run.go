@@ -75,8 +75,8 @@ type ReplicaOptions struct {
 	// Window is how many reports may wait for their answers (Submit);
 	// kv.DefaultWindow if 0. The store must take as many puts in flight.
 	Window int
-	// MaxReportFlows is the most flows a node's value may name
-	// (--max-flows): a report naming more is refused before its write, and
+	// MaxReportFlows is the most distinct flows a node's value may name
+	// across all its maps, v3 ones included (--max-flows): a report naming more is refused before its write, and
 	// such a value in the store is no value. 0: no limit.
 	MaxReportFlows int
 }

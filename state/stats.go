@@ -17,18 +17,39 @@ type Stats struct {
 	Flows []flowstate.Flow
 	// Health is each flow's health over the nodes, sorted by ID.
 	Health []flowstate.FlowStats
+	// Nodes is the health of each node that holds some, in no order, with
+	// the process that reported it: what Health merges. The Healths are
+	// the state's own and must not be changed.
+	Nodes []NodeHealth
 }
 
-// nodeHealths appends the health each node of nodes holds; a node's health
-// is never changed once kept (a new report replaces it whole), so the
-// merge may read it once the lock is let go.
-func appendHealths[T any](dst []flowstate.NodeHealth, nodes map[uint64]T, health func(T) *flowstate.Health) []flowstate.NodeHealth {
+// NodeHealth is one node's health, with the node_epoch of the report that
+// carried it (HasNodeEpoch false: the report carried none).
+type NodeHealth struct {
+	flowstate.NodeHealth
+	NodeEpoch    uint64
+	HasNodeEpoch bool
+}
+
+// appendHealths appends the health each node of nodes holds, with its
+// lineage; a node's health is never changed once kept (a new report
+// replaces it whole), so the merge may read it once the lock is let go.
+func appendHealths[T any](dst []NodeHealth, nodes map[uint64]T, health func(T) (*flowstate.Health, lineage)) []NodeHealth {
 	for id, n := range nodes {
-		if h := health(n); h != nil {
-			dst = append(dst, flowstate.NodeHealth{NodeID: id, Health: h})
+		if h, l := health(n); h != nil {
+			dst = append(dst, NodeHealth{NodeHealth: flowstate.NodeHealth{NodeID: id, Health: h}, NodeEpoch: l.epoch, HasNodeEpoch: l.hasEpoch})
 		}
 	}
 	return dst
+}
+
+// mergeHealth sets s.Health from s.Nodes.
+func (s *Stats) mergeHealth() {
+	nodes := make([]flowstate.NodeHealth, len(s.Nodes))
+	for i := range s.Nodes {
+		nodes[i] = s.Nodes[i].NodeHealth
+	}
+	s.Health = flowstate.MergeHealth(nil, nodes)
 }
 
 // keepHealth returns what a state keeps of a report's v3 part: a copy
@@ -49,15 +70,14 @@ func keepHealth(h *flowstate.Health) *flowstate.Health {
 func (m *Manager) Stats(context.Context) (Stats, error) {
 	m.mu.Lock()
 	s := Stats{Version: m.versionLocked(), Flows: m.agg.AppendFlows(nil)}
-	healths := make([]flowstate.NodeHealth, 0, len(m.agg.nodes))
-	healths = appendHealths(healths, m.agg.nodes, func(n *aggNode) *flowstate.Health {
+	s.Nodes = appendHealths(nil, m.agg.nodes, func(n *aggNode) (*flowstate.Health, lineage) {
 		if n.meta == nil {
-			return nil
+			return nil, lineage{}
 		}
-		return n.meta.health
+		return n.meta.health, n.meta.lineage
 	})
 	m.mu.Unlock()
-	s.Health = flowstate.MergeHealth(nil, healths)
+	s.mergeHealth()
 	return s, nil
 }
 
@@ -75,10 +95,9 @@ func (r *Replica) Stats(context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("state: the watch is catching up with the served state: %w", kv.ErrUnavailable)
 	}
 	s := Stats{Version: r.versionLocked(), Flows: r.appendServedLocked(nil)}
-	healths := make([]flowstate.NodeHealth, 0, len(r.watch.nodes))
-	healths = appendHealths(healths, r.watch.nodes, func(n nodeSeen) *flowstate.Health { return n.health })
+	s.Nodes = appendHealths(nil, r.watch.nodes, func(n nodeSeen) (*flowstate.Health, lineage) { return n.health, n.lineage })
 	r.mu.Unlock()
-	s.Health = flowstate.MergeHealth(nil, healths)
+	s.mergeHealth()
 	return s, nil
 }
 

@@ -33,7 +33,7 @@ type Config struct {
 	MaxErrorBytes   int    // --max-error-bytes: most bytes of error messages the state holds
 	StateUpdates    string // --state-updates: both, full or delta
 	MetricsAddr     string
-	MetricsFlows    int  // --metrics-flows: per-flow gauges of the N largest flows
+	MetricsFlows    int  // --metrics-flows: per-flow metrics of the N largest flows, the N with the most rows and the N with the newest errors
 	PProf           bool // --pprof: serve /debug/pprof/ on the metrics address
 	KV              string
 	KVBucket        string
@@ -102,7 +102,7 @@ func daemonFlags(c *Config) *flagSet {
 	f.IntVar(&c.MaxErrorBytes, "max-error-bytes", c.MaxErrorBytes, "at most `n` bytes of error messages (v3 last_errors) in the state over all nodes; a report past it is rejected (507)")
 	str(&c.StateUpdates, "state-updates", "state updates to publish, `mode` both, full or delta")
 	str(&c.MetricsAddr, "metrics-addr", "HTTP `address` for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
-	f.IntVar(&c.MetricsFlows, "metrics-flows", 0, "per-flow gauges for the `N` flows with the largest state (0: none)")
+	f.IntVar(&c.MetricsFlows, "metrics-flows", 0, "per-flow metrics for the `N` flows with the largest state, the N with the most processed rows and the N with the newest errors (0: none)")
 	f.BoolVar(&c.PProf, "pprof", false, "serve Go's /debug/pprof/ profiles on --metrics-addr")
 	str(&c.KV, "kv", "state `backend`: memory, or jetstream (one state shared by every worker of the queue group)")
 	str(&c.KVBucket, "kv-bucket", "JetStream key-value `bucket` for --kv jetstream, created if missing")

@@ -187,12 +187,13 @@ func (m *Main) Run(ctx context.Context, sig signals) error {
 }
 
 // newStatsCollector exposes w, the connection and, with a shared store, its
-// availability and the publisher lease; with --metrics-flows, the largest
-// flows of the state.
+// availability and the publisher lease, the state's error bytes against
+// --max-error-bytes; with --metrics-flows, the watched flows of the state.
 func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
 	c := newStatsCollector(w, m.nc.Conn, m.js, m.replica)
 	c.events = watchNATS(m.nc.Conn, m.srv)
 	c.readiness, c.prefix = m.ready, m.prefix
+	c.maxErrorBytes = m.Config.MaxErrorBytes
 	if m.Config.MetricsFlows > 0 {
 		c.flowsC = newFlowsCollector(m.state, m.Config.MetricsFlows, m.Config.PublishInterval)
 	}

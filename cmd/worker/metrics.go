@@ -21,6 +21,8 @@ type statsCollector struct {
 	prefix *prefixWatch     // the other workers of the prefix, or nil
 	// readiness is what /readyz answers from; nil: the worker's own.
 	readiness func() error
+	// maxErrorBytes is --max-error-bytes; 0: not exported.
+	maxErrorBytes int
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -28,6 +30,7 @@ type statsCollector struct {
 	connected, reconnects, info        *prometheus.Desc
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
+	errorBytes, maxErrorBytesDesc      *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
 	storeRestartNeeded                 *prometheus.Desc
 	storeRefused, aggregateKeyCurrent  *prometheus.Desc
@@ -46,28 +49,30 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		return prometheus.NewDesc("flowstate_"+name, help, labels, nil)
 	}
 	return &statsCollector{
-		worker:         w,
-		nc:             nc,
-		js:             js,
-		mgr:            mgr,
-		received:       d("reports_received_total", "Heartbeat messages taken from the subscription."),
-		applied:        d("reports_applied_total", "Reports merged into the state."),
-		acked:          d("acks_total", "Acknowledgements sent for reports sent as requests."),
-		rejected:       d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
-		published:      d("publishes_total", "Aggregates published on the state subject."),
-		publishErrors:  d("publish_errors_total", "Aggregates that could not be published."),
-		gets:           d("gets_total", "Get requests answered with the aggregate."),
-		getErrors:      d("get_errors_total", "Get requests answered with an error."),
-		dropped:        d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
-		connected:      d("nats_connected", "1 while the NATS connection is up."),
-		reconnects:     d("nats_reconnects_total", "NATS reconnections."),
-		info:           d("build_info", "The worker's version.", "version"),
-		evicted:        d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
-		revision:       d("revision", "Current revision of the state."),
-		nodes:          d("nodes", "Nodes in the aggregate."),
-		flows:          d("flows", "Flows in the aggregate."),
-		aggregateBytes: d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
-		storeAvailable: d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
+		worker:            w,
+		nc:                nc,
+		js:                js,
+		mgr:               mgr,
+		received:          d("reports_received_total", "Heartbeat messages taken from the subscription."),
+		applied:           d("reports_applied_total", "Reports merged into the state."),
+		acked:             d("acks_total", "Acknowledgements sent for reports sent as requests."),
+		rejected:          d("reports_rejected_total", "Reports rejected, by reason.", "reason"),
+		published:         d("publishes_total", "Aggregates published on the state subject."),
+		publishErrors:     d("publish_errors_total", "Aggregates that could not be published."),
+		gets:              d("gets_total", "Get requests answered with the aggregate."),
+		getErrors:         d("get_errors_total", "Get requests answered with an error."),
+		dropped:           d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
+		connected:         d("nats_connected", "1 while the NATS connection is up."),
+		reconnects:        d("nats_reconnects_total", "NATS reconnections."),
+		info:              d("build_info", "The worker's version.", "version"),
+		evicted:           d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
+		revision:          d("revision", "Current revision of the state."),
+		nodes:             d("nodes", "Nodes in the aggregate."),
+		flows:             d("flows", "Flows in the aggregate."),
+		aggregateBytes:    d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
+		errorBytes:        d("error_bytes", "Bytes of error messages (protocol v3 last_errors) the state holds over all nodes, as --max-error-bytes counts them."),
+		maxErrorBytesDesc: d("max_error_bytes", "--max-error-bytes: the most bytes of error messages the state holds; a report that would take flowstate_error_bytes past it is rejected (507, reason capacity)."),
+		storeAvailable:    d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
 		storeRestartNeeded: d("store_server_restart_needed", "Per server of the bucket's stream (--kv jetstream, --kv-replicas above 1): 1 while the stream's leader has not heard from its replica for --kv-replica-silence, or has again but it has not caught up; "+
 			"the server is down, cut off, or its JetStream store failed a write (a full disk), after which it stays behind until it is restarted.", "server"),
 		publisher:           d("publisher", "1 while this worker holds the publisher lease of a shared bucket (--kv jetstream)."),
@@ -146,6 +151,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.nodes, float64(s.Nodes))
 	gauge(c.flows, float64(s.Flows))
 	gauge(c.aggregateBytes, float64(s.AggregateBytes))
+	gauge(c.errorBytes, float64(s.ErrorBytes))
+	if c.maxErrorBytes > 0 {
+		gauge(c.maxErrorBytesDesc, float64(c.maxErrorBytes))
+	}
 	counter(c.deltas, s.DeltasPublished)
 	counter(c.deltaResyncs, s.DeltaResyncs)
 	gauge(c.deltaBytes, float64(s.DeltaBytes))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,4 +126,39 @@ func TestMetricsCountReportsAndReadinessFollowsNATS(t *testing.T) {
 	_, body = scrape(t, m.metricsAddr, "/metrics")
 	assert.Contains(t, body, "flowstate_nats_reconnects_total 1\n")
 	closeMain() // while the server is up, so that the drain completes
+}
+
+// TestMetricsShowErrorBytesAgainstTheLimitAndStaleReports: the bytes of
+// error messages the state holds, beside --max-error-bytes, and the stale
+// reports (protocol v3) among the rejections.
+func TestMetricsShowErrorBytesAgainstTheLimitAndStaleReports(t *testing.T) {
+	srv := natstest.Start(t, &server.Options{})
+	m, _ := startMain(t, "--nats-url", srv.ClientURL(), "--metrics-addr", "127.0.0.1:0", "--max-error-bytes", "100")
+	awaitStatus(t, m.metricsAddr, "/readyz", http.StatusOK)
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	send := func(seq uint64, message string) string {
+		t.Helper()
+		rep := &codec.Report{NodeID: 7, NodeEpoch: 1_700_000_000_000, HasNodeEpoch: true, Health: flowstate.Health{
+			HasSeq: true, Seq: seq, HasLastErrors: true,
+			Flows: []flowstate.FlowHealth{{ID: 1, Has: flowstate.HasLastErrors, LastErrors: []flowstate.FlowError{{Time: 1, Message: message}}}},
+		}}
+		msg, err := nc.Request("flow.heartbeat.7", codec.AppendReport(nil, rep), 5*time.Second)
+		require.NoError(t, err)
+		return msg.Header.Get("Nats-Service-Error-Code")
+	}
+	require.Empty(t, send(2, strings.Repeat("e", 30)))
+	require.Equal(t, "409", send(1, "late"))
+	require.Equal(t, "507", send(3, strings.Repeat("e", 101)))
+
+	_, body := scrape(t, m.metricsAddr, "/metrics")
+	for _, line := range []string{
+		"flowstate_error_bytes 30",
+		"flowstate_max_error_bytes 100",
+		`flowstate_reports_rejected_total{reason="stale"} 1`,
+		`flowstate_reports_rejected_total{reason="capacity"} 1`,
+	} {
+		assert.Contains(t, body, line+"\n")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -60,6 +61,9 @@ type deltaWatch struct {
 	dirty   bool             // deltas changed cur since it was yielded
 	flows   []flowstate.Flow // the last delta's flows, reused
 	changed []flowstate.Flow // the flows changed since cur was yielded
+	// want is the version of the last delta that could not be applied: a
+	// snapshot behind it is not the current state.
+	want flowstate.Version
 }
 
 // run applies the deltas until the loop or ctx ends. The deltas that
@@ -112,10 +116,12 @@ func (w *deltaWatch) apply(msg *nats.Msg) bool {
 	// snapshot while reports keep coming.
 	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
 		v.Epoch != w.cur.Epoch || base > w.cur.Revision {
+		w.want = v
 		return false
 	}
 	bodyBase, flows, err := codec.DecodeDelta(msg.Data, w.flows)
 	if err != nil || bodyBase != base {
+		w.want = v
 		return false
 	}
 	w.flows = flows
@@ -164,9 +170,35 @@ func mergeChanged(acc, flows []flowstate.Flow) []flowstate.Flow {
 
 // resync takes a snapshot and yields it if it is news; it reports whether
 // to go on.
+// A snapshot behind the delta that called for it (a get answered by a
+// worker that had not applied that revision yet) is yielded if it is
+// news, and another is taken after a while, until one reaches the delta's
+// revision or another delta comes: after the last delta of a burst no
+// other would call for it.
 func (w *deltaWatch) resync() bool {
-	s, _, ok := retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.deltaSubject)
-	return ok && w.emitSnapshot(s)
+	wait := minRetryWait
+	for {
+		s, _, ok := retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.deltaSubject)
+		if !ok || !w.emitSnapshot(s) {
+			return false
+		}
+		if w.want.Epoch == "" || s.Epoch != w.want.Epoch || s.Revision >= w.want.Revision || len(w.msgs) > 0 {
+			w.want = flowstate.Version{}
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-w.ctx.Done():
+			t.Stop()
+			return false
+		case <-w.closed:
+			t.Stop()
+			w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.deltaSubject, nats.ErrConnectionClosed))
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second) // a delta that comes meanwhile waits at most this
+	}
 }
 
 // emitSnapshot makes snapshot s current and yields it, unless it is not

@@ -202,7 +202,10 @@ func TestJetStreamWorkerStartsWhileTheStreamLeaderRestarts(t *testing.T) {
 		require.NoError(t, s.srv.Restart())
 		s.p = wrapProcess(s.srv.Process)
 		w := launchWorker(t, nil, append([]string{"--nats-url", s.URL, "--kv", "jetstream"}, args...)...)
-		_, err := w.p.awaitStderr(regexp.MustCompile(`msg=serving`), startTimeout)
+		// Within the worker's own bound: it retries JetStream for up to 15 s
+		// at start-up (an election after the leader's restart may take most
+		// of it on a loaded machine), and its watch then loads the bucket.
+		_, err := w.p.awaitStderr(regexp.MustCompile(`msg=serving`), 3*startTimeout)
 		require.NoError(t, err, "round %d: the worker started after s%d, the stream's leader, restarted; stderr:\n%s", round, leader, w.Stderr())
 	}
 }

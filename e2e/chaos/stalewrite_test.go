@@ -12,6 +12,7 @@ import (
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/internal/proctest"
+	"github.com/flowstate-io/flowstate/internal/wait"
 )
 
 // seqReport is report k of node n: flow n, state_size k, so that a get
@@ -142,8 +143,13 @@ func stallFlownodeServerOf(t *testing.T, s *system, rep reportFn) *stalledRoute 
 	requireAckedWith(t, r.flownode, node, 1, 20*time.Second, rep)
 	second := rep(node, 2)
 	for i := range s.servers {
-		sc, err := nats.Connect(s.servers[i].URL)
-		require.NoError(t, err)
+		// A server whose listener is still coming up after the system
+		// started refuses a first connection: try again, bounded.
+		var sc *nats.Conn
+		wait.Until(t, 10*time.Second, 100*time.Millisecond, func() (bool, string) {
+			sc, err = nats.Connect(s.servers[i].URL)
+			return err == nil, fmt.Sprintf("connect to server %d: %v", i, err)
+		})
 		t.Cleanup(sc.Close)
 		r.seen[i], r.mark[i] = make(chan struct{}), make(chan struct{})
 		_, err = sc.Subscribe(subjects.Heartbeat(node), onceWhen(r.seen[i], func(m *nats.Msg) bool { return string(m.Data) == string(second) }))

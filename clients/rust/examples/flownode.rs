@@ -1,5 +1,7 @@
 //! A flownode's reporter: every second, the flow state a GreptimeDB flownode
-//! keeps (its `FlowStat` maps) goes to the worker as an acknowledged report.
+//! keeps (its `FlowStat` maps) and each flow's health (rows processed, last
+//! errors) go to the worker as an acknowledged report, numbered by the
+//! client so that a report delayed in the network never replaces a later one.
 //!
 //!     cargo run --example flownode -- [NATS_URL [NODE_ID [ROUNDS]]]
 //!
@@ -10,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use flowstate_client::{Client, ErrorKind, Options, Report};
+use flowstate_client::{Client, ErrorKind, FlowError, Options, Report};
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -44,19 +46,46 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let last_exec_time_map: BTreeMap<u32, i64> = flows.iter().map(|&f| (f, now_ms())).collect();
         let start_time_map: BTreeMap<u32, i64> = flows.iter().map(|&f| (f, started)).collect();
 
+        // Each flow's health since the process started: rows it processed,
+        // and its newest errors, newest first (here, one on odd rounds).
+        let processed_rows: BTreeMap<u32, u64> = flows
+            .iter()
+            .map(|&f| (f, 1000 * (round as u64 + 1)))
+            .collect();
+        let last_errors: BTreeMap<u32, Vec<FlowError>> = flows
+            .iter()
+            .map(|&f| {
+                let errs = if round % 2 == 1 {
+                    vec![FlowError::new(
+                        now_ms(),
+                        format!("flow {f}: sink table missing"),
+                    )]
+                } else {
+                    vec![]
+                };
+                (f, errs)
+            })
+            .collect();
+
+        // The client gives the report its node_epoch (its creation time)
+        // and the next seq.
         let report = Report::new(node_id, (state_size, last_exec_time_map, start_time_map))
-            .with_node_epoch(started as u64);
+            .with_processed_rows(processed_rows)
+            .with_last_errors(last_errors);
         match client.send(&report).await {
             Ok(v) => println!(
                 "node {node_id}: report {round} applied at revision {} (epoch {})",
                 v.revision, v.epoch
             ),
-            // The worker is full or its store is down: the next heartbeat
-            // tries again, as GreptimeDB's heartbeats do.
+            // The worker is full or its store is down, or holds a later
+            // report of this node (one this process sent, or a process
+            // started after it): the next heartbeat, numbered anew, tries
+            // again, as GreptimeDB's heartbeats do.
             Err(e)
                 if matches!(
                     e.kind(),
                     ErrorKind::Capacity
+                        | ErrorKind::Stale
                         | ErrorKind::Unavailable
                         | ErrorKind::TimedOut
                         | ErrorKind::NoWorker

@@ -1,7 +1,8 @@
 //! [`Client`], its [`Options`], and reports: publish and send.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::{HeaderMap, Message, RequestErrorKind};
 use bytes::Bytes;
@@ -32,6 +33,8 @@ pub(crate) const H_BASE: &str = "Flow-State-Base-Revision";
 pub(crate) const H_RESYNC: &str = "Flow-State-Resync";
 pub(crate) const H_CHUNKS: &str = "Flow-State-Chunks";
 pub(crate) const H_CHUNK: &str = "Flow-State-Chunk";
+pub(crate) const H_VIEW: &str = "Flow-State-View";
+pub(crate) const VIEW_STATS: &str = "stats";
 pub(crate) const H_CONTENT_TYPE: &str = "Content-Type";
 pub(crate) const H_ACCEPT: &str = "Accept";
 pub(crate) const H_ERROR: &str = "Nats-Service-Error";
@@ -80,6 +83,14 @@ pub struct Options {
     pub timeout: Duration,
     /// How [`Client::watch`] follows the state.
     pub watch_mode: WatchMode,
+    /// Turns off the numbering of reports: [`Client::send`] and
+    /// [`Client::publish`] then send each [`Report`] exactly as given, with
+    /// `node_epoch` and `seq` only where it sets them, and the worker
+    /// applies reports without both in arrival order, as in protocol v2. By
+    /// default (`false`) the client numbers every report it sends (see
+    /// [`Client::send`]), so that a report delayed in the network never
+    /// replaces a later one.
+    pub unnumbered: bool,
 }
 
 impl Default for Options {
@@ -88,6 +99,7 @@ impl Default for Options {
             prefix: DEFAULT_PREFIX.to_string(),
             timeout: DEFAULT_TIMEOUT,
             watch_mode: WatchMode::Auto,
+            unnumbered: false,
         }
     }
 }
@@ -164,6 +176,65 @@ pub(crate) struct Inner {
     pub(crate) state_subject: String,    // <prefix>.state
     pub(crate) delta_subject: String,    // <prefix>.state.delta
     pub(crate) get_subject: String,      // <prefix>.state.get
+    /// How the client numbers reports; None when unnumbered.
+    pub(crate) numbering: Option<Numbering>,
+}
+
+/// The numbering of a client's reports: its node_epoch, and the seq it gave
+/// last.
+#[derive(Debug)]
+pub(crate) struct Numbering {
+    epoch: u64,
+    seq: AtomicU64,
+}
+
+/// The node_epoch of the client of this process created last.
+static LAST_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+impl Numbering {
+    /// Returns the numbering of a new client: its node_epoch is the time now
+    /// in unix ms, or one more than the previous client's when that is not
+    /// earlier, so that no two clients of one process share a node_epoch
+    /// (each counts its seq from 1).
+    fn new() -> Self {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut epoch = now.max(1);
+        let _ = LAST_EPOCH.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            epoch = now.max(1).max(last.saturating_add(1));
+            Some(epoch)
+        });
+        Numbering {
+            epoch,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Returns the node_epoch and seq to send report r with: r's own where
+    /// set, else the client's node_epoch and its next seq. A seq r sets in
+    /// the client's node_epoch raises the client's count to it, so that the
+    /// seqs it gives next stay above it (at u64::MAX, the count stays there:
+    /// the worker refuses the client's next reports as stale).
+    fn number(&self, r: &Report) -> (Option<u64>, Option<u64>) {
+        let epoch = r.node_epoch.unwrap_or(self.epoch);
+        let seq = match r.seq {
+            None => {
+                let next = |s: u64| Some(s.saturating_add(1));
+                let prev = self
+                    .seq
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, next);
+                prev.map_or(u64::MAX, |s| s.saturating_add(1))
+            }
+            Some(seq) => {
+                if epoch == self.epoch {
+                    self.seq.fetch_max(seq, Ordering::Relaxed);
+                }
+                seq
+            }
+        };
+        (Some(epoch), Some(seq))
+    }
 }
 
 impl Client {
@@ -189,8 +260,36 @@ impl Client {
                 state_subject: format!("{p}.state"),
                 delta_subject: format!("{p}.state.delta"),
                 get_subject: format!("{p}.state.get"),
+                numbering: (!options.unnumbered).then(Numbering::new),
             }),
         })
+    }
+
+    /// Returns the `node_epoch` the client gives the reports it numbers (its
+    /// creation time in unix ms, unique in the process), `None` with
+    /// [`Options::unnumbered`]. Clones of a client share it, and its `seq`.
+    ///
+    /// ```no_run
+    /// # fn f(client: flowstate_client::Client) {
+    /// println!("reports go out as process {:?}", client.node_epoch());
+    /// # }
+    /// ```
+    pub fn node_epoch(&self) -> Option<u64> {
+        self.inner.numbering.as_ref().map(|n| n.epoch)
+    }
+
+    /// Returns the body of report r as the client sends it: checked,
+    /// numbered unless the client is unnumbered.
+    fn body(&self, r: &Report) -> Result<Bytes, Error> {
+        r.validate()?;
+        let body = match &self.inner.numbering {
+            None => r.to_msgpack(),
+            Some(n) => {
+                let (epoch, seq) = n.number(r);
+                r.encode(epoch, seq)
+            }
+        };
+        Ok(Bytes::from(body))
     }
 
     /// Returns the NATS connection the client talks over.
@@ -217,9 +316,11 @@ impl Client {
         format!("{}{node_id}", self.inner.heartbeat_prefix)
     }
 
-    /// Sends `report` without asking for an acknowledgement. It returns once
-    /// the connection has taken the report: it says nothing of whether a
-    /// worker received or applied it ([`Client::send`] does).
+    /// Sends `report`, numbered as [`Client::send`] says, without asking for
+    /// an acknowledgement. It returns once the connection has taken the
+    /// report: it says nothing of whether a worker received or applied it
+    /// ([`Client::send`] does); a worker drops a report it refuses (a stale
+    /// one included). A report that fails [`Report::validate`] is not sent.
     ///
     /// ```no_run
     /// # async fn f(client: flowstate_client::Client) -> Result<(), flowstate_client::Error> {
@@ -231,24 +332,40 @@ impl Client {
     /// ```
     pub async fn publish(&self, report: &Report) -> Result<(), Error> {
         let subject = self.heartbeat_subject(report.node_id);
-        self.nats
-            .publish(subject.clone(), Bytes::from(report.to_msgpack()))
-            .await
-            .map_err(|e| {
-                Error::new(ErrorKind::Nats, "publish failed")
-                    .on(&subject)
-                    .with_source(e)
-            })
+        let body = self.body(report).map_err(|e| e.on(&subject))?;
+        self.nats.publish(subject.clone(), body).await.map_err(|e| {
+            Error::new(ErrorKind::Nats, "publish failed")
+                .on(&subject)
+                .with_source(e)
+        })
     }
 
     /// Sends `report` as a request and returns once the worker has applied
     /// it, with the version of the state that includes it: a get that
     /// follows sees the report. A report the worker refuses returns an error
     /// with its code and reason: [`ErrorKind::Rejected`] (400, bad input),
-    /// [`ErrorKind::Capacity`] (507), [`ErrorKind::Unavailable`] (503); it
-    /// changed nothing. Without a worker the kind is
-    /// [`ErrorKind::NoWorker`]; past [`Options::timeout`],
-    /// [`ErrorKind::TimedOut`] (the report may then still be applied).
+    /// [`ErrorKind::Stale`] (409), [`ErrorKind::Capacity`] (507),
+    /// [`ErrorKind::Unavailable`] (503); it changed nothing. Without a worker
+    /// the kind is [`ErrorKind::NoWorker`]; past [`Options::timeout`],
+    /// [`ErrorKind::TimedOut`] (the report may then still be applied). A
+    /// report that fails [`Report::validate`] is not sent
+    /// ([`ErrorKind::InvalidOptions`]).
+    ///
+    /// Unless [`Options::unnumbered`], the client numbers the report
+    /// (protocol v3): a report without `node_epoch` is sent with the
+    /// client's ([`Client::node_epoch`]), one without `seq` with the
+    /// client's next, strictly greater than every seq it gave before,
+    /// whatever the node. The worker then refuses as stale (409) a report
+    /// not newer than the one it holds for the node from the same client,
+    /// and one of a client the node's reports have moved away from: a report
+    /// delayed in the network never replaces a later one, with no code on
+    /// the caller's side. Use one client (or its clones) for all the reports
+    /// of a node, and send them one after the other: of two sent at once for
+    /// one node, the one that arrives second may be the older and be
+    /// refused. A send that timed out can be sent again as is: the retry
+    /// gets a new seq. A `node_epoch` or `seq` the report sets is sent as
+    /// given, and a seq set in the client's `node_epoch` raises the client's
+    /// count to it, so that the seqs it gives next stay above it.
     ///
     /// ```no_run
     /// # async fn f(client: flowstate_client::Client) -> Result<(), flowstate_client::Error> {
@@ -257,6 +374,7 @@ impl Client {
     /// match client.send(&Report::new(1, FlowStateValue::default())).await {
     ///     Ok(v) => println!("applied at revision {} of epoch {}", v.revision, v.epoch),
     ///     Err(e) if e.kind() == ErrorKind::Capacity => eprintln!("worker full: {}", e.reason()),
+    ///     Err(e) if e.kind() == ErrorKind::Stale => eprintln!("a later report is applied: {}", e.reason()),
     ///     Err(e) => return Err(e),
     /// }
     /// # Ok(())
@@ -264,9 +382,8 @@ impl Client {
     /// ```
     pub async fn send(&self, report: &Report) -> Result<Version, Error> {
         let subject = self.heartbeat_subject(report.node_id);
-        let reply = self
-            .request(&subject, None, Bytes::from(report.to_msgpack()))
-            .await?;
+        let body = self.body(report).map_err(|e| e.on(&subject))?;
+        let reply = self.request(&subject, None, body).await?;
         parse_version(reply.headers.as_ref()).map_err(|e| e.on(&subject))
     }
 
@@ -342,4 +459,50 @@ pub(crate) fn parse_version(h: Option<&HeaderMap>) -> Result<Version, Error> {
         epoch: epoch.to_string(),
         revision,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::FlowStateValue;
+
+    fn report() -> Report {
+        Report::new(1, FlowStateValue::default())
+    }
+
+    #[test]
+    fn numbering_gives_its_epoch_and_a_growing_seq_and_keeps_what_the_report_sets() {
+        let n = Numbering::new();
+        assert_eq!(n.number(&report()), (Some(n.epoch), Some(1)));
+        assert_eq!(n.number(&report()), (Some(n.epoch), Some(2)));
+        // Another node's report takes the next seq of the same count.
+        assert_eq!(
+            n.number(&Report::new(2, FlowStateValue::default())).1,
+            Some(3)
+        );
+        // A node_epoch of the caller's is kept, the seq is the client's.
+        assert_eq!(n.number(&report().with_node_epoch(5)), (Some(5), Some(4)));
+        // A seq of the caller's in another epoch leaves the count alone.
+        assert_eq!(
+            n.number(&report().with_node_epoch(5).with_seq(100)),
+            (Some(5), Some(100))
+        );
+        assert_eq!(n.number(&report()).1, Some(5));
+        // A seq of the caller's in the client's epoch raises the count to it.
+        assert_eq!(n.number(&report().with_seq(50)), (Some(n.epoch), Some(50)));
+        assert_eq!(n.number(&report()).1, Some(51));
+        // A lower one does not lower it.
+        assert_eq!(n.number(&report().with_seq(7)).1, Some(7));
+        assert_eq!(n.number(&report()).1, Some(52));
+        // The count ends at u64::MAX, without overflowing.
+        assert_eq!(n.number(&report().with_seq(u64::MAX)).1, Some(u64::MAX));
+        assert_eq!(n.number(&report()).1, Some(u64::MAX));
+    }
+
+    #[test]
+    fn clients_of_one_process_never_share_a_node_epoch() {
+        let epochs: Vec<u64> = (0..100).map(|_| Numbering::new().epoch).collect();
+        assert!(epochs.windows(2).all(|w| w[0] < w[1]), "{epochs:?}");
+        assert!(epochs[0] >= 1_600_000_000_000, "unix ms: {}", epochs[0]);
+    }
 }

@@ -21,6 +21,13 @@ pub enum ErrorKind {
     /// PROTOCOL.md, a JSON get asking for chunks). Nothing changed; sending
     /// it again will not help.
     Rejected,
+    /// 409: the worker refused the report as stale (protocol v3): it holds
+    /// a later report of the same flownode process (the same `node_epoch`,
+    /// a `seq` at least as great) or a report of a later process of the
+    /// node. Nothing changed; sending the report again will not help (a
+    /// [`Client`](crate::Client) that numbers reports gives the next one a
+    /// greater `seq`). The reason names both reports' `node_epoch` and `seq`.
+    Stale,
     /// 413: the aggregate is larger than the connection's max payload, and a
     /// single-message get cannot carry it. [`Client::get`](crate::Client::get)
     /// reads any size in chunks.
@@ -45,7 +52,7 @@ pub enum ErrorKind {
     /// The NATS connection failed the operation (closed, subject invalid,
     /// payload over the server's max payload).
     Nats,
-    /// An option or argument is invalid.
+    /// An option or argument is invalid: nothing was sent.
     InvalidOptions,
 }
 
@@ -99,6 +106,7 @@ impl Error {
     pub(crate) fn service(subject: &str, code: u16, reason: &str) -> Self {
         let kind = match code {
             400 => ErrorKind::Rejected,
+            409 => ErrorKind::Stale,
             413 => ErrorKind::TooLarge,
             503 => ErrorKind::Unavailable,
             507 => ErrorKind::Capacity,
@@ -124,8 +132,8 @@ impl Error {
         self.kind
     }
 
-    /// Returns the worker's `Nats-Service-Error-Code` (400, 413, 500, 503,
-    /// 507), `None` when the error did not come from the worker.
+    /// Returns the worker's `Nats-Service-Error-Code` (400, 409, 413, 500,
+    /// 503, 507), `None` when the error did not come from the worker.
     ///
     /// ```
     /// # fn f(err: flowstate_client::Error) {
@@ -165,6 +173,9 @@ impl Error {
             ErrorKind::Rejected => {
                 "the worker changed nothing; fix the request, sending it again will not help"
             }
+            ErrorKind::Stale => {
+                "the worker holds a later report of this node's process, or of a later process; this one changed nothing and sending it again will not help"
+            }
             ErrorKind::TooLarge => {
                 "a single-message get cannot carry the state; use Client::get, which reads any size in chunks"
             }
@@ -183,7 +194,7 @@ impl Error {
                 "the worker does not speak PROTOCOL.md as this client reads it; check its version"
             }
             ErrorKind::Nats => "check the NATS connection",
-            ErrorKind::InvalidOptions => "fix the options",
+            ErrorKind::InvalidOptions => "nothing was sent; fix the options or the argument",
         }
     }
 }

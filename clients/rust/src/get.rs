@@ -1,16 +1,21 @@
-//! Gets: [`Snapshot`], single or chunked, and the JSON form.
+//! Gets: [`Snapshot`], single or chunked, the JSON form, and the stats
+//! view ([`StatsSnapshot`]).
+
+use std::collections::BTreeMap;
 
 use async_nats::{HeaderMap, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
 use tokio::time::{Instant, timeout_at};
 
 use crate::client::{
-    CONTENT_JSON, Client, H_ACCEPT, H_CHUNK, H_CHUNKS, H_CONTENT_TYPE, check_service_error, header,
-    parse_version,
+    CONTENT_JSON, Client, H_ACCEPT, H_CHUNK, H_CHUNKS, H_CONTENT_TYPE, H_VIEW, VIEW_STATS,
+    check_service_error, header, parse_version,
 };
 use crate::error::{Error, ErrorKind};
-use crate::value::{FlowStateValue, Version};
+use crate::health::StatsView;
+use crate::value::{FlowId, FlowStateValue, Version, decode_msgpack};
 
 /// The most chunks one snapshot may announce, so that a bad header cannot
 /// keep a get reading forever (1,000,000 flows take about 36 chunks of 1 MB).
@@ -37,7 +42,30 @@ pub struct Snapshot {
     pub chunks: usize,
 }
 
+/// The flow stats at one version, as [`Client::get_stats`] returns them.
+///
+/// ```no_run
+/// # async fn f(client: flowstate_client::Client) -> Result<(), flowstate_client::Error> {
+/// let stats = client.get_stats().await?;
+/// for (flow, rows) in &stats.view.processed_rows {
+///     println!("flow {flow}: {rows} rows at {}", stats.version);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatsSnapshot {
+    /// The state's epoch and revision.
+    pub version: Version,
+    /// The flow stats.
+    pub view: StatsView,
+    /// The number of chunks the worker answered with; 0 when it answered in
+    /// one message without `Flow-State-Chunk` (a worker that predates v2).
+    pub chunks: usize,
+}
+
 /// The aggregate in its stored (serde_json) form, as [`Client::get_json`]
+/// returns it, or the stats view's JSON, as [`Client::get_stats_json`]
 /// returns it.
 ///
 /// ```no_run
@@ -51,7 +79,8 @@ pub struct Snapshot {
 pub struct JsonSnapshot {
     /// The state's epoch and revision.
     pub version: Version,
-    /// Exactly the bytes GreptimeDB's serde_json writes for `FlowStateValue`.
+    /// Exactly the bytes GreptimeDB's serde_json writes for `FlowStateValue`;
+    /// of the stats view, the bytes serde_json writes for [`StatsView`].
     pub json: Bytes,
 }
 
@@ -73,6 +102,48 @@ impl Client {
     /// # }
     /// ```
     pub async fn get(&self) -> Result<Snapshot, Error> {
+        let (version, value, chunks) = self.get_chunked(None).await?;
+        Ok(Snapshot {
+            version,
+            value,
+            chunks,
+        })
+    }
+
+    /// Returns the worker's flow stats (protocol v3, the stats view:
+    /// GreptimeDB's aggregate, and per flow the most rows any node processed
+    /// and its newest errors over the nodes, each with its node), of any
+    /// size: it asks for the view in chunks (`Flow-State-View: stats` with
+    /// `Flow-State-Chunks: 1`) and joins them as [`Client::get`] does. The
+    /// view's [`StatsView::to_json`] is, byte for byte, what
+    /// [`Client::get_stats_json`] returns at the same revision. A worker that
+    /// predates v3 ignores the view and answers GreptimeDB's value, which
+    /// comes back without health. The errors are [`Client::get`]'s.
+    ///
+    /// ```no_run
+    /// # async fn f(client: flowstate_client::Client) -> Result<(), flowstate_client::Error> {
+    /// let stats = client.get_stats().await?;
+    /// for (flow, errors) in &stats.view.last_errors {
+    ///     let newest = &errors[0];
+    ///     println!("flow {flow}: node {} at {}: {:?}", newest.node_id, newest.time, newest.message);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get_stats(&self) -> Result<StatsSnapshot, Error> {
+        let (version, view, chunks) = self.get_chunked(Some(VIEW_STATS)).await?;
+        Ok(StatsSnapshot {
+            version,
+            view,
+            chunks,
+        })
+    }
+
+    /// Asks for a view in chunks on a private inbox and joins them.
+    async fn get_chunked<T: Chunked>(
+        &self,
+        view: Option<&str>,
+    ) -> Result<(Version, T, usize), Error> {
         let subject = &self.inner.get_subject;
         let deadline = Instant::now() + self.inner.timeout;
         let inbox = self.nats.new_inbox();
@@ -86,11 +157,14 @@ impl Client {
             .map_err(|e| nats_err("subscribe to the reply inbox failed").with_source(e))?;
         let mut headers = HeaderMap::new();
         headers.insert(H_CHUNKS, "1");
+        if let Some(v) = view {
+            headers.insert(H_VIEW, v);
+        }
         self.nats
             .publish_with_reply_and_headers(subject.clone(), inbox, headers, Bytes::new())
             .await
             .map_err(|e| nats_err("publish failed").with_source(e))?;
-        let mut joiner = Joiner::default();
+        let mut joiner = Joiner::<T>::default();
         loop {
             let msg = match timeout_at(deadline, sub.next()).await {
                 Err(_) => {
@@ -113,12 +187,8 @@ impl Client {
             }
             check_service_error(subject, &msg)?;
             if joiner.n == 0 && header(msg.headers.as_ref(), H_CHUNK).is_none() {
-                let (version, value) = decode_state(&msg).map_err(|e| e.on(subject))?;
-                return Ok(Snapshot {
-                    version,
-                    value,
-                    chunks: 0,
-                });
+                let (version, value) = decode_body(&msg).map_err(|e| e.on(subject))?;
+                return Ok((version, value, 0));
             }
             if joiner.add(&msg).map_err(|e| e.on(subject))? {
                 return Ok(joiner.finish());
@@ -162,9 +232,36 @@ impl Client {
     /// # }
     /// ```
     pub async fn get_json(&self) -> Result<JsonSnapshot, Error> {
+        self.get_json_view(None).await
+    }
+
+    /// Returns the flow stats (protocol v3, the stats view) as the JSON
+    /// bytes PROTOCOL.md gives, with their version, in one message: a view
+    /// past the connection's max payload is [`ErrorKind::TooLarge`] (413;
+    /// [`Client::get_stats`] reads a view of any size, and its
+    /// [`StatsView::to_json`] gives the same bytes). Its other errors are
+    /// [`Client::get_single`]'s.
+    ///
+    /// ```no_run
+    /// # async fn f(client: flowstate_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// let stored = client.get_stats_json().await?;
+    /// let view: flowstate_client::StatsView = serde_json::from_slice(&stored.json)?;
+    /// # let _ = view;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn get_stats_json(&self) -> Result<JsonSnapshot, Error> {
+        self.get_json_view(Some(VIEW_STATS)).await
+    }
+
+    /// Gets a view in JSON, in one message.
+    async fn get_json_view(&self, view: Option<&str>) -> Result<JsonSnapshot, Error> {
         let subject = &self.inner.get_subject;
         let mut headers = HeaderMap::new();
         headers.insert(H_ACCEPT, CONTENT_JSON);
+        if let Some(v) = view {
+            headers.insert(H_VIEW, v);
+        }
         let reply = self.request(subject, Some(headers), Bytes::new()).await?;
         let version = parse_version(reply.headers.as_ref()).map_err(|e| e.on(subject))?;
         let ct = media_type(header(reply.headers.as_ref(), H_CONTENT_TYPE));
@@ -189,34 +286,106 @@ fn media_type(v: Option<&str>) -> &str {
 
 /// Decodes an aggregate message, by its Content-Type (msgpack when absent).
 pub(crate) fn decode_state(msg: &Message) -> Result<(Version, FlowStateValue), Error> {
+    decode_body(msg)
+}
+
+/// Decodes a message of a view, by its Content-Type (msgpack when absent).
+fn decode_body<T: Chunked>(msg: &Message) -> Result<(Version, T), Error> {
     let version = parse_version(msg.headers.as_ref())?;
     let value = if media_type(header(msg.headers.as_ref(), H_CONTENT_TYPE)) == CONTENT_JSON {
         serde_json::from_slice(&msg.payload).map_err(|e| {
-            Error::new(ErrorKind::BadReply, "the JSON aggregate does not decode").with_source(e)
+            Error::new(
+                ErrorKind::BadReply,
+                format!("the JSON {} does not decode", T::WHAT),
+            )
+            .with_source(e)
         })?
     } else {
-        FlowStateValue::from_msgpack(&msg.payload)?
+        decode_msgpack(&msg.payload, T::WHAT)?
     };
     Ok((version, value))
 }
 
-/// Joins the chunks of one snapshot.
+/// A view a get reads in chunks: each chunk a value of one range of flow ids.
+pub(crate) trait Chunked: DeserializeOwned + Default {
+    /// What the value is, for errors.
+    const WHAT: &'static str;
+    /// The lowest and highest flow id the value names, None when empty.
+    fn id_range(&self) -> Option<(FlowId, FlowId)>;
+    /// Adds the flows of a chunk whose ids are all above the value's.
+    fn append(&mut self, chunk: Self);
+}
+
+/// The lowest and highest flow id of maps, each as its first and last key.
+fn id_range(ends: &[(Option<FlowId>, Option<FlowId>)]) -> Option<(FlowId, FlowId)> {
+    Some((
+        ends.iter().filter_map(|e| e.0).min()?,
+        ends.iter().filter_map(|e| e.1).max()?,
+    ))
+}
+
+/// The first and last key of m.
+fn ends<V>(m: &BTreeMap<FlowId, V>) -> (Option<FlowId>, Option<FlowId>) {
+    (m.keys().next().copied(), m.keys().next_back().copied())
+}
+
+impl Chunked for FlowStateValue {
+    const WHAT: &'static str = "aggregate";
+
+    fn id_range(&self) -> Option<(FlowId, FlowId)> {
+        id_range(&[
+            ends(&self.state_size),
+            ends(&self.last_exec_time_map),
+            ends(&self.start_time_map),
+        ])
+    }
+
+    fn append(&mut self, chunk: Self) {
+        self.state_size.extend(chunk.state_size);
+        self.last_exec_time_map.extend(chunk.last_exec_time_map);
+        self.start_time_map.extend(chunk.start_time_map);
+    }
+}
+
+impl Chunked for StatsView {
+    const WHAT: &'static str = "stats view";
+
+    fn id_range(&self) -> Option<(FlowId, FlowId)> {
+        id_range(&[
+            ends(&self.state_size),
+            ends(&self.last_exec_time_map),
+            ends(&self.start_time_map),
+            ends(&self.processed_rows),
+            ends(&self.last_errors),
+        ])
+    }
+
+    fn append(&mut self, chunk: Self) {
+        self.state_size.extend(chunk.state_size);
+        self.last_exec_time_map.extend(chunk.last_exec_time_map);
+        self.start_time_map.extend(chunk.start_time_map);
+        self.processed_rows.extend(chunk.processed_rows);
+        self.last_errors.extend(chunk.last_errors);
+    }
+}
+
+/// Joins the chunks of one snapshot of a view.
 #[derive(Default)]
-pub(crate) struct Joiner {
+pub(crate) struct Joiner<T> {
     version: Version,
     i: usize, // chunks received
     n: usize, // chunks announced
-    value: FlowStateValue,
+    value: T,
     last: Option<u32>, // the highest flow id so far
 }
 
-impl Joiner {
+impl<T: Chunked> Joiner<T> {
     /// Takes the next chunk and reports whether it was the last.
     pub(crate) fn add(&mut self, msg: &Message) -> Result<bool, Error> {
         let version = parse_version(msg.headers.as_ref())?;
         let chunk = header(msg.headers.as_ref(), H_CHUNK).unwrap_or("");
         let (i, n) = parse_chunk(chunk)?;
-        let value = FlowStateValue::from_msgpack(&msg.payload).map_err(|e| {
+        let value: T = decode_msgpack(&msg.payload, T::WHAT).map_err(|e| {
             Error::new(
                 ErrorKind::BadReply,
                 format!("chunk {i}/{n}: {}", e.reason()),
@@ -232,7 +401,7 @@ impl Joiner {
         version: Version,
         i: usize,
         n: usize,
-        value: FlowStateValue,
+        value: T,
     ) -> Result<(), Error> {
         if self.n == 0 {
             self.version = version.clone();
@@ -250,37 +419,28 @@ impl Joiner {
                 format!("chunk {i}/{n} after chunk {}/{}", self.i, self.n),
             ));
         }
-        let flows = value.flows();
-        if let (Some(first), Some(last)) = (flows.first(), self.last)
-            && first.id <= last
+        let range = value.id_range();
+        if let (Some((first, _)), Some(last)) = (range, self.last)
+            && first <= last
         {
             return Err(Error::new(
                 ErrorKind::BadReply,
                 format!(
-                    "chunk {i}/{n} starts at flow {}, at or below the previous chunk's {last}",
-                    first.id
+                    "chunk {i}/{n} starts at flow {first}, at or below the previous chunk's {last}"
                 ),
             ));
         }
-        if let Some(f) = flows.last() {
-            self.last = Some(f.id);
+        if let Some((_, hi)) = range {
+            self.last = Some(hi);
         }
-        self.value.state_size.extend(value.state_size);
-        self.value
-            .last_exec_time_map
-            .extend(value.last_exec_time_map);
-        self.value.start_time_map.extend(value.start_time_map);
+        self.value.append(value);
         self.i = i;
         Ok(())
     }
 
-    /// Returns the joined snapshot.
-    pub(crate) fn finish(self) -> Snapshot {
-        Snapshot {
-            version: self.version,
-            value: self.value,
-            chunks: self.n,
-        }
+    /// Returns the joined value, its version and its number of chunks.
+    pub(crate) fn finish(self) -> (Version, T, usize) {
+        (self.version, self.value, self.n)
     }
 }
 
@@ -335,7 +495,54 @@ mod tests {
         let mut j = Joiner::default();
         j.add_value(v(1), 1, 2, one(1)).unwrap();
         j.add_value(v(1), 2, 2, one(5)).unwrap();
-        let s = j.finish();
-        assert_eq!((s.chunks, s.value.state_size.len()), (2, 2));
+        let (_, value, chunks) = j.finish();
+        assert_eq!((chunks, value.state_size.len()), (2, 2));
+    }
+
+    #[test]
+    fn a_stats_chunk_spans_the_ids_of_all_its_maps() {
+        let v = Version {
+            epoch: "e".into(),
+            revision: 1,
+        };
+        let err = |id: u32| {
+            vec![crate::StatsError {
+                time: 1,
+                node_id: 1,
+                message: format!("flow {id}"),
+            }]
+        };
+        // Chunk 1 ends at flow 9 in last_errors, past its state_size.
+        let c1 = StatsView {
+            state_size: [(1, 1)].into(),
+            last_errors: [(9, err(9))].into(),
+            ..StatsView::default()
+        };
+        let overlapping = StatsView {
+            processed_rows: [(5, 1)].into(),
+            ..StatsView::default()
+        };
+        let mut j = Joiner::default();
+        j.add_value(v.clone(), 1, 2, c1.clone()).unwrap();
+        let e = j.add_value(v.clone(), 2, 2, overlapping).unwrap_err();
+        assert!(e.reason().contains("at or below"), "{e}");
+
+        let c2 = StatsView {
+            state_size: [(10, 2)].into(),
+            processed_rows: [(12, 7)].into(),
+            last_errors: [(12, err(12))].into(),
+            ..StatsView::default()
+        };
+        let mut j = Joiner::default();
+        j.add_value(v.clone(), 1, 2, c1).unwrap();
+        j.add_value(v, 2, 2, c2).unwrap();
+        let (_, view, chunks) = j.finish();
+        assert_eq!(chunks, 2);
+        assert_eq!(view.state_size, [(1, 1), (10, 2)].into());
+        assert_eq!(view.processed_rows, [(12, 7)].into());
+        assert_eq!(
+            view.last_errors.keys().copied().collect::<Vec<_>>(),
+            vec![9, 12]
+        );
     }
 }

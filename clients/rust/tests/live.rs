@@ -1,13 +1,13 @@
 //! The client against the real worker and a real nats-server: reports with
-//! acknowledgements, every error code, gets of one and of many flows, and
-//! the stored JSON bytes.
+//! acknowledgements, every error code, gets of one and of many flows, the
+//! stored JSON bytes, numbered reports and the stats view.
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flowstate_client::{Client, ErrorKind, FlowStateValue, Options, Report};
+use flowstate_client::{Client, ErrorKind, FlowError, FlowStateValue, Options, Report, StatsError};
 
 use common::{NatsServer, Worker, client, client_with, eventually};
 
@@ -243,4 +243,206 @@ async fn a_get_of_many_flows_comes_in_chunks_under_the_default_max_payload() {
     );
     assert!(s.chunks > 1);
     assert_eq!(s.value, want);
+}
+
+#[tokio::test]
+async fn a_client_numbers_its_reports_so_that_an_older_one_is_refused_409() {
+    let server = NatsServer::start(&[]);
+    let _w = Worker::start(&server.url, "rs409", &[]).await;
+    let c = client(&server.url, "rs409").await;
+    let epoch = c.node_epoch().expect("numbered by default");
+
+    // The same report sent twice, as a retry would: each send is numbered
+    // anew (seq 1, then 2), so both are applied.
+    let report = Report::new(1, flows(1..3, 0));
+    let v1 = c.send(&report).await.unwrap();
+    let v2 = c.send(&report).await.unwrap();
+    assert!(v2.revision > v1.revision, "{v1} then {v2}");
+
+    // A report of the same process numbered below the last one, as a report
+    // held in the network would arrive: refused, and nothing changes.
+    let before = c.get().await.unwrap();
+    let err = c
+        .send(&Report::new(1, flows(5..6, 0)).with_seq(1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.kind(), err.code()),
+        (ErrorKind::Stale, Some(409)),
+        "{err}"
+    );
+    assert_eq!(err.subject(), Some("rs409.heartbeat.1"));
+    for named in [epoch.to_string(), "seq 1".to_string(), "seq 2".to_string()] {
+        assert!(err.reason().contains(&named), "names {named}: {err}");
+    }
+    assert!(
+        err.to_string().contains("sending it again will not help"),
+        "{err}"
+    );
+    assert_eq!(c.get().await.unwrap(), before, "nothing changed");
+
+    // The client's next report is numbered above both: applied.
+    let v3 = c.send(&Report::new(1, flows(5..6, 0))).await.unwrap();
+    assert!(v3.revision > before.version.revision);
+    assert_eq!(c.get().await.unwrap().value, flows(5..6, 0));
+
+    // A restarted process (another client: another node_epoch) replaces
+    // the node's reports; the old one's are then refused.
+    let restarted = client(&server.url, "rs409").await;
+    assert_ne!(restarted.node_epoch(), c.node_epoch());
+    restarted
+        .send(&Report::new(1, flows(7..8, 0)))
+        .await
+        .unwrap();
+    let err = c.send(&Report::new(1, flows(5..6, 1))).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Stale, "{err}");
+    assert_eq!(c.get().await.unwrap().value, flows(7..8, 0));
+
+    // An unnumbered client sends reports as given: without node_epoch and
+    // seq, each is applied in arrival order, as in protocol v2.
+    let plain = client_with(
+        &server.url,
+        Options {
+            prefix: "rs409".into(),
+            unnumbered: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(plain.node_epoch(), None);
+    plain.send(&Report::new(2, flows(9..10, 0))).await.unwrap();
+    plain.send(&Report::new(2, flows(9..10, 1))).await.unwrap();
+    // Its numbers are the report's own: the same seq twice is stale.
+    let numbered = Report::new(3, flows(11..12, 0))
+        .with_node_epoch(5)
+        .with_seq(3);
+    plain.send(&numbered).await.unwrap();
+    let err = plain.send(&numbered).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Stale, "{err}");
+}
+
+/// Node `node`'s health of flows ids: rows, and one or two errors a flow,
+/// newest first.
+fn with_health(node: u64, ids: std::ops::Range<u32>, seed: i64) -> Report {
+    Report::new(node, flows(ids.clone(), seed))
+        .with_processed_rows(
+            ids.clone()
+                .map(|id| (id, 1000 * id as u64 + node))
+                .collect(),
+        )
+        .with_last_errors(
+            ids.map(|id| {
+                let mut errs = vec![FlowError::new(
+                    2_000 + seed + id as i64,
+                    format!("node {node}: sink table {id} \"missing\"\t\u{e9}"),
+                )];
+                if id % 2 == 0 {
+                    errs.push(FlowError::new(
+                        1_000,
+                        format!("node {node}: flow {id} slow"),
+                    ));
+                }
+                (id, errs)
+            })
+            .collect(),
+        )
+}
+
+#[tokio::test]
+async fn get_stats_is_the_json_views_bytes_and_merges_the_nodes() {
+    let server = NatsServer::start(&[]);
+    let _w = Worker::start(&server.url, "rsstats", &[]).await;
+    let c = client(&server.url, "rsstats").await;
+    // Flows 2 and 10 (numeric order) on node 1; 10 and 11 on node 2, whose
+    // errors of flow 10 are older and rows fewer for 10 than node 1's.
+    let n1 = Report::new(1, flows(2..3, 0))
+        .with_processed_rows(BTreeMap::from([(2, 7), (10, 500)]))
+        .with_last_errors(BTreeMap::from([
+            (2, vec![]),
+            (
+                10,
+                vec![
+                    FlowError::new(30, "n1 \"quoted\"\n\u{65e5}"),
+                    FlowError::new(20, "n1 old"),
+                ],
+            ),
+        ]));
+    let n2 = Report::new(2, flows(10..12, 0))
+        .with_processed_rows(BTreeMap::from([(10, 400), (11, u64::MAX)]))
+        .with_last_errors(BTreeMap::from([(
+            10,
+            vec![FlowError::new(25, "n2 a"), FlowError::new(5, "n2 oldest")],
+        )]));
+    c.send(&n1).await.unwrap();
+    let acked = c.send(&n2).await.unwrap();
+
+    let stats = c.get_stats().await.unwrap();
+    let json = c.get_stats_json().await.unwrap();
+    assert_eq!(stats.version, json.version, "no report in between");
+    assert!(stats.version.revision >= acked.revision);
+    assert_eq!(stats.chunks, 1);
+    assert_eq!(
+        serde_json::to_string(&stats.view).unwrap(),
+        std::str::from_utf8(&json.json).unwrap(),
+        "the typed view is the JSON view, byte for byte"
+    );
+    let err = |time, node_id, message: &str| StatsError {
+        time,
+        node_id,
+        message: message.into(),
+    };
+    let mut seed = flows(2..3, 0);
+    seed.apply(&flows(10..12, 0).flows());
+    assert_eq!(stats.view.value(), seed, "the aggregate");
+    assert_eq!(stats.view.value(), c.get().await.unwrap().value);
+    assert_eq!(
+        stats.view.processed_rows,
+        BTreeMap::from([(2, 7), (10, 500), (11, u64::MAX)]),
+        "the most rows over the nodes"
+    );
+    assert_eq!(
+        stats.view.last_errors,
+        BTreeMap::from([(
+            10,
+            vec![
+                err(30, 1, "n1 \"quoted\"\n\u{65e5}"),
+                err(25, 2, "n2 a"),
+                err(20, 1, "n1 old"),
+            ]
+        )]),
+        "the 3 newest errors over the nodes, flow 2 without any"
+    );
+}
+
+#[tokio::test]
+async fn a_stats_view_past_the_max_payload_comes_in_chunks() {
+    let server = NatsServer::with_max_payload(8 * 1024);
+    let _w = Worker::start(&server.url, "rsstatsbig", &[]).await;
+    let c = client(&server.url, "rsstatsbig").await;
+    // About 150 bytes a flow in the view: 600 flows are 11 times the max
+    // payload, in reports of 40 flows that each fit.
+    let reports: Vec<Report> = (0..15u32)
+        .map(|node| with_health(node as u64 + 1, node * 40..(node + 1) * 40, node as i64))
+        .collect();
+    for r in &reports {
+        c.send(r).await.unwrap();
+    }
+    let err = c.get_stats_json().await.unwrap_err();
+    assert_eq!(
+        (err.kind(), err.code()),
+        (ErrorKind::TooLarge, Some(413)),
+        "{err}"
+    );
+
+    let stats = c.get_stats().await.unwrap();
+    let max_payload = c.nats().server_info().max_payload;
+    let size = stats.view.to_msgpack().len();
+    assert!(size > 4 * max_payload, "a view of {size} bytes");
+    assert!(
+        stats.chunks >= size / max_payload,
+        "{} chunks of {size} bytes",
+        stats.chunks
+    );
+    assert_eq!(stats.view, common::view_of(&reports));
+    assert_eq!(stats.view.last_errors.len(), 600);
 }

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use flowstate_client::{Client, Options};
+use flowstate_client::{Client, Options, Report, StatsError, StatsView};
 
 /// Bounds of starting a process and of waiting for a fact in a test.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -276,4 +276,33 @@ where
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The stats view of reports of disjoint flows: each flow in one report,
+/// its errors with the report's node.
+pub fn view_of(reports: &[Report]) -> StatsView {
+    let mut want = StatsView::default();
+    for r in reports {
+        want.state_size.extend(r.value.state_size.clone());
+        want.last_exec_time_map
+            .extend(r.value.last_exec_time_map.clone());
+        want.start_time_map.extend(r.value.start_time_map.clone());
+        want.processed_rows
+            .extend(r.processed_rows.clone().unwrap_or_default());
+        for (id, errs) in r.last_errors.clone().unwrap_or_default() {
+            if errs.is_empty() {
+                continue; // a flow without errors is not in the view's map
+            }
+            let errs = errs
+                .into_iter()
+                .map(|e| StatsError {
+                    time: e.time,
+                    node_id: r.node_id,
+                    message: e.message,
+                })
+                .collect();
+            want.last_errors.insert(id, errs);
+        }
+    }
+    want
 }

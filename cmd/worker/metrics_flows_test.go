@@ -314,3 +314,31 @@ func BenchmarkLargestFlows(b *testing.B) {
 		top = largestFlows(top[:0], flows, 10)
 	}
 }
+
+// TestFlowErrorTimeFollowsTheNewestError: at each refresh the error time
+// of a flow is its newest error over the nodes that report it now: a newer
+// error moves it on, and a node that replaces its errors with older ones
+// (or none) moves it back to what the others hold.
+func TestFlowErrorTimeFollowsTheNewestError(t *testing.T) {
+	r := newRowsScraper(t, 1)
+	errorsAt := func(node uint64, times ...int64) state.Report {
+		f := flowstate.FlowHealth{ID: 4, Has: flowstate.HasLastErrors}
+		for _, at := range times {
+			f.LastErrors = append(f.LastErrors, flowstate.FlowError{Time: at, Message: "query failed"})
+		}
+		return state.Report{Node: node, Health: &flowstate.Health{HasLastErrors: true, Flows: []flowstate.FlowHealth{f}}}
+	}
+	const key = `flowstate_flow_last_error_time_seconds{flow_id="4"}`
+	errorTime := func() float64 {
+		r.scrape()
+		return gatherGauges(t, r.reg)[key]
+	}
+	r.merge(errorsAt(1, 1_700_000_010_000), errorsAt(2, 1_700_000_005_000))
+	assert.Equal(t, 1_700_000_010.0, errorTime(), "the newest of both nodes")
+	r.merge(errorsAt(2, 1_700_000_020_000, 1_700_000_005_000))
+	assert.Equal(t, 1_700_000_020.0, errorTime(), "a newer error of another node moves it on")
+	r.merge(errorsAt(2, 1_700_000_001_000))
+	assert.Equal(t, 1_700_000_010.0, errorTime(), "the node that held the newest now holds an older one")
+	r.merge(errorsAt(1, 1_700_000_030_000))
+	assert.Equal(t, 1_700_000_030.0, errorTime(), "a later error of the first node")
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,18 +50,86 @@ func TestJavaScriptClientConforms(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), jsRunTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "conformance.mjs", w.URL, w.Prefix)
+	run := startJS(t, ctx, node, "conformance.mjs", w.URL, w.Prefix)
+	require.Positive(t, run.passed(t), "conformance.mjs ran no check")
+}
+
+// jsRun is a script of js/ running under node.
+type jsRun struct {
+	ctx    context.Context
+	script string
+	stdin  io.WriteCloser
+	stdout *signalLogger // each line also on stdout.lines
+	stderr *lineLogger
+	ended  chan struct{} // closed once the script has ended and its output is logged
+	err    error         // its exit error, once ended
+}
+
+// startJS starts node on script with args in js/, bounded by ctx, with a
+// pipe to its standard input; each line it writes goes to the test log.
+// Cleanup kills the script if it still runs, and waits for it.
+func startJS(t *testing.T, ctx context.Context, node, script string, args ...string) *jsRun {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, append([]string{script}, args...)...)
 	cmd.Dir = jsDir
 	cmd.Env = cleanEnv()
 	cmd.WaitDelay = stopTimeout
-	stdout := &lineLogger{t: t}
-	cmd.Stdout = stdout
-	cmd.Stderr = &lineLogger{t: t, prefix: "stderr: "}
-	err := cmd.Run()
-	out := stdout.close()
-	cmd.Stderr.(*lineLogger).close()
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	r := &jsRun{ctx: ctx, script: script, stdin: stdin,
+		stdout: &signalLogger{lineLogger: lineLogger{t: t}, lines: make(chan string, 100)},
+		stderr: &lineLogger{t: t, prefix: "stderr: "}, ended: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
+	require.NoError(t, cmd.Start(), "start %s", script)
+	go func() {
+		r.err = cmd.Wait()
+		close(r.ended)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // an error: it has ended already
+		<-r.ended
+	})
+	return r
+}
 
-	require.Positive(t, requireJSPassed(t, ctx, "conformance.mjs", out, err), "conformance.mjs ran no check")
+// done is closed once the script has ended and its output is logged.
+func (r *jsRun) done() <-chan struct{} { return r.ended }
+
+// passed waits for the script to end, requires that it passed every check
+// within its bound, and returns how many it ran.
+func (r *jsRun) passed(t *testing.T) int {
+	t.Helper()
+	<-r.ended
+	out := r.stdout.close()
+	r.stderr.close()
+	return requireJSPassed(t, r.ctx, r.script, out, r.err)
+}
+
+// signalLogger is a lineLogger that also hands each line to lines, unless
+// lines is full.
+type signalLogger struct {
+	lineLogger
+	mu    sync.Mutex // guards part
+	part  []byte
+	lines chan string
+}
+
+func (l *signalLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.part = append(l.part, p...)
+	for {
+		i := bytes.IndexByte(l.part, '\n')
+		if i < 0 {
+			break
+		}
+		select {
+		case l.lines <- string(l.part[:i]):
+		default: // nobody waits for it
+		}
+		l.part = l.part[i+1:]
+	}
+	return l.lineLogger.Write(p)
 }
 
 // requireJSPassed requires that script ended within ctx, without error, on

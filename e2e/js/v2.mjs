@@ -10,20 +10,19 @@
 //
 // The worker must be fresh and memory-backed. Halfway, the script prints
 // "# restart the worker" and waits for a line "restarted" on stdin: the
-// caller (e2e/v2_js_test.go) restarts the worker meanwhile. It prints one
+// caller (e2e/v2_jsclient_test.go) restarts the worker meanwhile. It prints one
 // line per check and a last line "N passed, N failed", and exits 1 if a
 // check failed, 2 on bad usage or when it cannot connect.
 
 import assert from "node:assert/strict";
 import { createInterface } from "node:readline";
-import { Empty, connect, createInbox, headers } from "nats";
-import { H_CONTENT_TYPE, H_ERROR, H_ERROR_CODE, MSGPACK, header, parseVersion, reportOf } from "./client.mjs";
+import { Empty } from "nats";
+import { Checker, hex, watchdog } from "./checker.mjs";
+import { H_ERROR, H_ERROR_CODE, ascendingRanges, getChunks, header, parseVersion, reportOf } from "./client.mjs";
 import { FIELDS, canonicalMsgpack, decodeAggregate, decodeDelta, state } from "./wire.mjs";
 
 const H_BASE = "Flow-State-Base-Revision";
 const H_RESYNC = "Flow-State-Resync";
-const H_CHUNKS = "Flow-State-Chunks";
-const H_CHUNK = "Flow-State-Chunk";
 
 const TIMEOUT = 10_000; // a reply, a chunk, the delta that catches up
 const RUN_TIMEOUT = 240_000;
@@ -35,53 +34,20 @@ if (!url || !prefix || extra.length > 0) {
   console.error("usage: node v2.mjs NATS_URL PREFIX");
   process.exit(2);
 }
-setTimeout(() => {
-  console.log(`FAIL run: not finished within ${RUN_TIMEOUT} ms`);
-  process.exit(1);
-}, RUN_TIMEOUT).unref();
-
-const hex = (b) => Buffer.from(b).toString("hex");
+watchdog(RUN_TIMEOUT);
 
 /** chunkedGet sends a get with Flow-State-Chunks: 1 and joins its chunks. */
 async function chunkedGet(nc) {
-  const inbox = createInbox();
-  const sub = nc.subscribe(inbox, { timeout: TIMEOUT });
-  const h = headers();
-  h.set(H_CHUNKS, "1");
-  nc.publish(`${prefix}.state.get`, Empty, { reply: inbox, headers: h });
+  const got = await getChunks(nc, `${prefix}.state.get`, {}, TIMEOUT);
+  const parts = got.bodies.map((b) => decodeAggregate(b));
+  ascendingRanges(parts.map((s) => [...new Set(FIELDS.flatMap((f) => [...s[f].keys()]))].sort((a, b) => a - b)));
   const joined = state();
-  let version;
-  let next = 1;
-  let last = -1;
-  let chunks = 0;
-  try {
-    for await (const msg of sub) {
-      assert.equal(header(msg, H_ERROR_CODE), "", `chunked get failed: ${header(msg, H_ERROR)}`);
-      assert.equal(header(msg, H_CONTENT_TYPE), MSGPACK, "Content-Type of a chunk");
-      const v = parseVersion(msg);
-      version ??= v;
-      assert.deepEqual(v, version, "every chunk is of one version");
-      const m = /^([1-9][0-9]*)\/([1-9][0-9]*)$/.exec(header(msg, H_CHUNK));
-      assert.ok(m, `${H_CHUNK} ${JSON.stringify(header(msg, H_CHUNK))} is not <i>/<n>`);
-      assert.equal(Number(m[1]), next, "chunks come in order");
-      const s = decodeAggregate(msg.data);
-      for (const f of FIELDS) {
-        for (const [id, x] of s[f]) joined[f].set(id, x);
-      }
-      const ids = FIELDS.flatMap((f) => [...s[f].keys()]);
-      if (ids.length > 0) {
-        assert.ok(Math.min(...ids) > last, `chunk ${next} starts at flow ${Math.min(...ids)}, not above the previous chunk's ${last}`);
-        last = Math.max(...ids);
-      }
-      chunks++;
-      if (m[1] === m[2]) break;
-      next++;
+  for (const s of parts) {
+    for (const f of FIELDS) {
+      for (const [id, x] of s[f]) joined[f].set(id, x);
     }
-  } finally {
-    sub.unsubscribe();
   }
-  assert.ok(version, "no chunk");
-  return { ...version, state: state(joined.state_size, joined.last_exec_time_map, joined.start_time_map), chunks };
+  return { epoch: got.epoch, revision: got.revision, state: state(joined.state_size, joined.last_exec_time_map, joined.start_time_map), chunks: parts.length };
 }
 
 /** singleGet sends a v1 get and returns its version and body. */
@@ -215,28 +181,10 @@ async function churn(nc, seed) {
   await Promise.all(Array.from({ length: NODES }, (_, i) => node(i + 1)));
 }
 
-let passed = 0;
-let failed = 0;
-async function check(name, fn) {
-  const started = Date.now();
-  try {
-    const note = await fn();
-    passed++;
-    console.log(`ok   ${name} (${Date.now() - started} ms)${note ? ` # ${note}` : ""}`);
-  } catch (err) {
-    failed++;
-    console.log(`FAIL ${name} (${Date.now() - started} ms): ${String(err?.message ?? err).replace(/\s*\n\s*/g, " ")}`);
-  }
-}
+const checker = new Checker();
+const check = (name, fn) => checker.check(name, fn);
 
-let nc;
-try {
-  nc = await connect({ servers: url, name: "flowstate-js-v2", timeout: 5000, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
-} catch (err) {
-  console.log(`FAIL connect to ${url}: ${err.message}`);
-  console.log("0 passed, 1 failed");
-  process.exit(2);
-}
+const nc = await checker.connect(url, { name: "flowstate-js-v2", maxReconnectAttempts: -1, reconnectTimeWait: 100 });
 console.log(`# ${url} prefix ${prefix}; node ${process.version}; max_payload ${nc.info?.max_payload ?? "?"}`);
 
 const f = new Follower(nc);
@@ -306,6 +254,4 @@ await check("a state over the max payload: the single-message get answers 413, t
   return `${s.chunks} chunks, ${s.state.state_size.size} flows`;
 });
 
-await nc.drain().catch(() => {});
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed === 0 ? 0 : 1);
+await checker.finish(nc);

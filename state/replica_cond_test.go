@@ -242,3 +242,31 @@ func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
 	got, _ := a.synced(t)
 	assert.Equal(t, int64(3), got.LastExecTimeMap[1], "report 3 is the node's")
 }
+
+// TestReplicaAReportRefusedButStoredIsAckedAtItsCopy: the store stores a
+// numbered report's write but answers that its condition failed (a server
+// that still takes itself for the stream's leader answers by its stale
+// view while the new leader stores the put). Once the watch has applied
+// that write, the worker acknowledges the report at its revision: it does
+// not send it again (a second copy) nor judge it stale against its own
+// copy (409 for a report the state holds).
+func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
+	first := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	_, err := outcome(t, first)
+	require.NoError(t, err)
+
+	mem.RefuseStoredWrites(1)
+	second := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	res, err := outcome(t, second)
+	require.NoError(t, err, "acknowledged: the state holds it")
+	last, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, last.Seq, res.Revision, "acknowledged at its one copy, not sent again")
+	got, _ := w.synced(t)
+	assert.Equal(t, int64(2), got.LastExecTimeMap[1])
+	assert.Zero(t, w.mgr.Conflicts())
+}

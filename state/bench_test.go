@@ -10,11 +10,11 @@ import (
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// The sizes of BenchmarkMerge: nodes, and flows per node. Each node owns
-// distinct flows, so the aggregate holds nodes*flows flows.
 // mergeBenchSize is a state of nodes reports of flows flows each.
 type mergeBenchSize struct{ nodes, flows int }
 
+// The sizes of BenchmarkMerge: nodes, and flows per node. Each node owns
+// distinct flows, so the aggregate holds nodes*flows flows.
 var mergeBenchSizes = []mergeBenchSize{
 	{10, 10},
 	{100, 10},

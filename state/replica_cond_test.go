@@ -270,3 +270,30 @@ func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
 	assert.Equal(t, int64(2), got.LastExecTimeMap[1])
 	assert.Zero(t, w.mgr.Conflicts())
 }
+
+// TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy: another
+// worker stored a report of the same node_epoch and seq but other flows
+// (a flownode that sent its numbers twice) before this worker's write,
+// which the store refused: that write is not this report's copy, and the
+// report is stale against it (409), not acked at its revision.
+func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
+	first := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	res, err := outcome(t, first)
+	require.NoError(t, err)
+
+	mem.StallWatches()
+	other := numbered(1, 100, 2, 99)
+	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, other.Flows, other.NodeEpoch, other.HasNodeEpoch, other.Health),
+		kv.Condition{Key: flowstate.NodeKey(1), Revision: res.Revision})
+	require.NoError(t, err)
+	second := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	mem.ResumeWatches()
+	_, err = outcome(t, second)
+	require.ErrorIs(t, err, state.ErrStale, "the node holds another report under the same numbers")
+	got, _ := w.synced(t)
+	assert.Equal(t, int64(99), got.LastExecTimeMap[1])
+}

@@ -3,6 +3,9 @@ package state
 import (
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 
 	"github.com/flowstate-io/flowstate/kv"
 )
@@ -121,7 +124,7 @@ func (r *Replica) sweepOvertakenLocked() []resend {
 
 // storedCopyLocked reports whether the node's report as the watch applied
 // it, written after e's condition, is e's own numbered report (the same
-// node_epoch and seq), and at which sequence number. A refusal does not
+// node_epoch, seq and flows), and at which sequence number. A refusal does not
 // always mean that nothing was stored: around a stream leader's change,
 // a server that still takes itself for the leader may refuse a put by its
 // own stale view while the new leader stores it. Sent again, such a write
@@ -138,6 +141,13 @@ func (r *Replica) storedCopyLocked(e *write) (uint64, bool) {
 	l := seen.lineage
 	if !l.hasEpoch || !l.hasSeq || l.epoch != e.nodeEpoch || l.seq != e.health.Seq {
 		return 0, false
+	}
+	var flows []flowstate.Flow
+	if n, ok := r.watch.agg.nodes[e.node]; ok {
+		flows = n.flows
+	}
+	if !slices.Equal(flows, e.flows) {
+		return 0, false // another report under the same numbers: judged as one
 	}
 	return seen.revision, true
 }

@@ -160,3 +160,35 @@ func TestGetStatsRefusesChunksThatBreakTheProtocol(t *testing.T) {
 	assert.Len(t, got.Flows, 3)
 	assert.Len(t, got.Stats, 3)
 }
+
+// TestAnErrorMessagePastTheLimitIsCutBeforeItIsSent: the client cuts a
+// message longer than flowstate.MaxErrorMessage bytes at a character
+// boundary (the worker would refuse the report whole), in Send and
+// Publish alike, and leaves the caller's report as given.
+func TestAnErrorMessagePastTheLimitIsCutBeforeItIsSent(t *testing.T) {
+	srv := startServer(t)
+	startWorker(t, srv, consumer.Config{})
+	c := newClient(t, srv, client.Options{})
+	long := "x" + strings.Repeat("é", flowstate.MaxErrorMessage) // 2,049 bytes: byte 1,024 is inside a character
+	r := healthReport(7, 1, []flowstate.FlowError{{Time: 1_700_000_000_000, Message: long}}, 1)
+	mustSend(t, c, r)
+	assert.Equal(t, long, r.Health.Flows[0].LastErrors[0].Message, "the caller's report is as given")
+
+	view, _, err := c.GetStats(testCtx(t))
+	require.NoError(t, err)
+	require.Len(t, view.Stats, 1)
+	got := view.Stats[0].LastErrors[0].Message
+	assert.Equal(t, long[:flowstate.MaxErrorMessage-1], got, "cut at the last character boundary within the limit")
+	assert.True(t, flowstate.ValidMessage(got))
+
+	nc := connect(t, srv)
+	sub, err := nc.SubscribeSync(c.HeartbeatSubject(8))
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	require.NoError(t, c.Publish(healthReport(8, 1, []flowstate.FlowError{{Time: 1, Message: long}}, 1)))
+	msg, err := sub.NextMsgWithContext(testCtx(t))
+	require.NoError(t, err)
+	var rep codec.Report
+	require.NoError(t, new(codec.Decoder).Decode(msg.Data, &rep))
+	assert.Equal(t, long[:flowstate.MaxErrorMessage-1], rep.Health.Flows[0].LastErrors[0].Message, "published cut too")
+}

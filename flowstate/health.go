@@ -120,6 +120,20 @@ func (h *Health) ErrorBytes() int {
 	return n
 }
 
+// CutMessage returns s cut to at most MaxErrorMessage bytes at a UTF-8
+// character boundary, as a client cuts an error message before it sends
+// it; s itself when it is short enough.
+func CutMessage(s string) string {
+	if len(s) <= MaxErrorMessage {
+		return s
+	}
+	i := MaxErrorMessage
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
+}
+
 // Clone returns a deep copy of h (messages are immutable strings, shared).
 func (h *Health) Clone() *Health {
 	c := *h

@@ -49,15 +49,16 @@ type SharedMemory struct {
 	entries map[string]*sharedEntry // each key's last write, deletions included
 	// order lists writes in sequence order; an item whose key has been
 	// written again since is stale, and dropped by compactLocked.
-	order    []sharedWrite
-	seq      uint64 // sequence number of the last write
-	epoch    string
-	down     bool
-	lostAcks int // writes still to be stored but answered with ErrUnavailable
-	stalled  bool
-	changed  chan struct{} // closed, and replaced, when watches have something new to see
-	holding  bool          // PutAsync holds its puts (HoldPuts)
-	held     []heldPut     // the puts held, in the order they were sent
+	order         []sharedWrite
+	seq           uint64 // sequence number of the last write
+	epoch         string
+	down          bool
+	lostAcks      int // writes still to be stored but answered with ErrUnavailable
+	refusedStored int // conditional writes still to be stored but answered as refused
+	stalled       bool
+	changed       chan struct{} // closed, and replaced, when watches have something new to see
+	holding       bool          // PutAsync holds its puts (HoldPuts)
+	held          []heldPut     // the puts held, in the order they were sent
 }
 
 type sharedEntry struct {
@@ -188,6 +189,10 @@ func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condi
 	s.order = append(s.order, sharedWrite{seq: s.seq, key: key})
 	s.compactLocked()
 	s.notifyLocked()
+	if cond != nil && s.refusedStored > 0 {
+		s.refusedStored--
+		return Revision{}, fmt.Errorf("%w: %s: stored as %d, but answered as refused (RefuseStoredWrites)", ErrRevisionMismatch, what, s.seq)
+	}
 	if s.lostAcks > 0 {
 		s.lostAcks--
 		return Revision{}, fmt.Errorf("%w: %s: stored as %d, but the acknowledgement was lost (LoseAcks)", ErrUnavailable, what, s.seq)

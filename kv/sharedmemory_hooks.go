@@ -36,6 +36,18 @@ func (s *SharedMemory) LoseAcks(n int) {
 	s.lostAcks = n
 }
 
+// RefuseStoredWrites makes the next n conditional writes that meet their
+// condition succeed but return an error wrapping ErrRevisionMismatch that
+// names no last write, as a server that still takes itself for a
+// replicated stream's leader refuses a put by its stale view while the new
+// leader stores it: stored and delivered to watches, though the writer was
+// told its condition failed.
+func (s *SharedMemory) RefuseStoredWrites(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refusedStored = n
+}
+
 // Available reports whether calls go through: false after
 // SetUnavailable(true), until SetUnavailable(false).
 func (s *SharedMemory) Available() bool {

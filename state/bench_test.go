@@ -10,9 +10,12 @@ import (
 	"github.com/flowstate-io/flowstate/state"
 )
 
+// mergeBenchSize is a state of nodes reports of flows flows each.
+type mergeBenchSize struct{ nodes, flows int }
+
 // The sizes of BenchmarkMerge: nodes, and flows per node. Each node owns
 // distinct flows, so the aggregate holds nodes*flows flows.
-var mergeBenchSizes = []struct{ nodes, flows int }{
+var mergeBenchSizes = []mergeBenchSize{
 	{10, 10},
 	{100, 10},
 	{1000, 10},
@@ -123,36 +126,7 @@ func BenchmarkMerge(b *testing.B) {
 // (as the worker's decoder does), so it is in cache; BenchmarkMerge's
 // reports are prebuilt, one pair of maps per node, and at 10,000 nodes they
 // are read from memory.
-func BenchmarkMergeFlows(b *testing.B) {
-	for _, size := range mergeBenchSizes {
-		name := fmt.Sprintf("nodes=%d/flows=%d", size.nodes, size.flows)
-		b.Run(name, func(b *testing.B) {
-			ctx := b.Context()
-			m := newMerger(b, "manager", mergeBenchReports(size.nodes, size.flows)[0]).(managerMerger).m
-			report := make([]flowstate.Flow, size.flows)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				node := i % size.nodes
-				round := i/size.nodes + 1
-				i++
-				for f := range report {
-					id := flowstate.FlowID(node*size.flows + f + 1)
-					report[f] = flowstate.Flow{
-						ID:           id,
-						Has:          flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime,
-						StateSize:    uint64(1<<20 + int(id)*64 + round%2),
-						LastExecTime: 1_700_000_000_000 + int64(id)*1000 + int64(round%2),
-						StartTime:    1_690_000_000_000 + int64(id),
-					}
-				}
-				if _, err := m.Merge(ctx, state.Report{Node: uint64(node), Flows: report}); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
+func BenchmarkMergeFlows(b *testing.B) { benchmarkMergeReports(b, mergeBenchSizes, false) }
 
 // BenchmarkAppendJSON measures writing the stored form of an aggregate.
 func BenchmarkAppendJSON(b *testing.B) {
@@ -173,9 +147,14 @@ func BenchmarkAppendJSON(b *testing.B) {
 // every report: per flow the rows processed and one error of 200 bytes,
 // the message the same from one report to the next, as the decoder hands
 // it over (a node repeats its errors).
-func BenchmarkMergeHealth(b *testing.B) {
+func BenchmarkMergeHealth(b *testing.B) { benchmarkMergeReports(b, mergeBenchSizes[:3], true) }
+
+// benchmarkMergeReports merges, for each size, every node's report in turn
+// into a Manager, written into reused slices just before the merge, with
+// health if withHealth.
+func benchmarkMergeReports(b *testing.B, sizes []mergeBenchSize, withHealth bool) {
 	message := strings.Repeat("x", 200)
-	for _, size := range mergeBenchSizes[:3] {
+	for _, size := range sizes {
 		name := fmt.Sprintf("nodes=%d/flows=%d", size.nodes, size.flows)
 		b.Run(name, func(b *testing.B) {
 			ctx := b.Context()
@@ -198,11 +177,17 @@ func BenchmarkMergeHealth(b *testing.B) {
 						LastExecTime: 1_700_000_000_000 + int64(id)*1000 + int64(round%2),
 						StartTime:    1_690_000_000_000 + int64(id),
 					}
-					errs[f] = flowstate.FlowError{Time: report[f].LastExecTime, Message: message}
-					health.Flows[f] = flowstate.FlowHealth{ID: id, Has: flowstate.HasProcessedRows | flowstate.HasLastErrors,
-						ProcessedRows: uint64(round) * 1000, LastErrors: errs[f : f+1 : f+1]}
+					if withHealth {
+						errs[f] = flowstate.FlowError{Time: report[f].LastExecTime, Message: message}
+						health.Flows[f] = flowstate.FlowHealth{ID: id, Has: flowstate.HasProcessedRows | flowstate.HasLastErrors,
+							ProcessedRows: uint64(round) * 1000, LastErrors: errs[f : f+1 : f+1]}
+					}
 				}
-				if _, err := m.Merge(ctx, state.Report{Node: uint64(node), Flows: report, Health: &health}); err != nil {
+				rep := state.Report{Node: uint64(node), Flows: report}
+				if withHealth {
+					rep.Health = &health
+				}
+				if _, err := m.Merge(ctx, rep); err != nil {
 					b.Fatal(err)
 				}
 			}

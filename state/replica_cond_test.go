@@ -197,3 +197,103 @@ func TestReplicaJudgesAReportByALaterWriteOfItsNodeThanItsOwn(t *testing.T) {
 	got, _ := a.synced(t)
 	assert.Equal(t, int64(3), got.LastExecTimeMap[1], "report 3 is the node's")
 }
+
+// TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite: worker a's write
+// of a node's report 1 is stored but not answered (a write before it in
+// a's queue waits for the store's answer) when the store is wiped: a new
+// epoch. Another worker writes the node's report 3 of the same process in
+// the new epoch, and a's watch applies it. a's report 2 is stale against
+// report 3, the node's report in the new epoch, not judged by a's write of
+// the ended epoch: it is answered 409 and never stored.
+func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	a := follow(t, mem, state.ReplicaOptions{ID: "a", ApplyTimeout: time.Minute})
+	mem.StallWatches()
+	_, err := mem.Put(t.Context(), flowstate.NodeKey(2), flowstate.AppendJSON(nil, lastExecOf(2, 5).Flows()))
+	require.NoError(t, err)
+	blocker := submit(t, a.mgr, 2, lastExecOf(2, 6)) // refused: a's watch has not applied the write above
+	first := &pending{done: make(chan struct{})}
+	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	mem.HoldPuts()
+	mem.ResumeWatches()
+	require.NoError(t, a.mgr.Sync(t.Context()), "a's watch applied report 1")
+	require.Eventually(t, func() bool { return mem.HeldPuts() == 1 }, followWait, 10*time.Millisecond, "the blocker is sent again, and held")
+
+	mem.StallWatches()
+	require.NoError(t, mem.Clear(t.Context()))
+	// Report 3 as another worker writes it in the new epoch.
+	third := numbered(1, 100, 3, 3)
+	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, third.Flows, third.NodeEpoch, third.HasNodeEpoch, third.Health),
+		kv.Condition{Key: flowstate.NodeKey(1)})
+	require.NoError(t, err)
+	mem.ResumeWatches()
+	require.Eventually(t, func() bool { return a.mgr.Sync(t.Context()) == nil }, followWait, 10*time.Millisecond, "a's watch applied report 3 in the new epoch")
+	assert.False(t, answered(first), "report 1 waits for the blocker's answer")
+
+	second := &pending{done: make(chan struct{})}
+	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	mem.ReleasePuts(t.Context())
+	_, err = outcome(t, blocker)
+	require.Error(t, err, "its epoch ended")
+	_, err = outcome(t, first)
+	require.ErrorIs(t, err, state.ErrStoreCleared, "its epoch ended")
+	_, err = outcome(t, second)
+	require.ErrorIs(t, err, state.ErrStale, "report 2 is older than report 3, the node's report in the new epoch")
+	got, _ := a.synced(t)
+	assert.Equal(t, int64(3), got.LastExecTimeMap[1], "report 3 is the node's")
+}
+
+// TestReplicaAReportRefusedButStoredIsAckedAtItsCopy: the store stores a
+// numbered report's write but answers that its condition failed (a server
+// that still takes itself for the stream's leader answers by its stale
+// view while the new leader stores the put). Once the watch has applied
+// that write, the worker acknowledges the report at its revision: it does
+// not send it again (a second copy) nor judge it stale against its own
+// copy (409 for a report the state holds).
+func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
+	first := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	_, err := outcome(t, first)
+	require.NoError(t, err)
+
+	mem.RefuseStoredWrites(1)
+	second := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	res, err := outcome(t, second)
+	require.NoError(t, err, "acknowledged: the state holds it")
+	last, err := mem.LastRevision(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, last.Seq, res.Revision, "acknowledged at its one copy, not sent again")
+	got, _ := w.synced(t)
+	assert.Equal(t, int64(2), got.LastExecTimeMap[1])
+	assert.Zero(t, w.mgr.Conflicts())
+}
+
+// TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy: another
+// worker stored a report of the same node_epoch and seq but other flows
+// (a flownode that sent its numbers twice) before this worker's write,
+// which the store refused: that write is not this report's copy, and the
+// report is stale against it (409), not acked at its revision.
+func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
+	first := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	res, err := outcome(t, first)
+	require.NoError(t, err)
+
+	mem.StallWatches()
+	other := numbered(1, 100, 2, 99)
+	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, other.Flows, other.NodeEpoch, other.HasNodeEpoch, other.Health),
+		kv.Condition{Key: flowstate.NodeKey(1), Revision: res.Revision})
+	require.NoError(t, err)
+	second := &pending{done: make(chan struct{})}
+	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	mem.ResumeWatches()
+	_, err = outcome(t, second)
+	require.ErrorIs(t, err, state.ErrStale, "the node holds another report under the same numbers")
+	got, _ := w.synced(t)
+	assert.Equal(t, int64(99), got.LastExecTimeMap[1])
+}

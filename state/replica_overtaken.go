@@ -3,6 +3,9 @@ package state
 import (
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/flowstate-io/flowstate/flowstate"
 
 	"github.com/flowstate-io/flowstate/kv"
 )
@@ -47,9 +50,18 @@ func (r *Replica) overtakeLocked(e *write, err error) bool {
 // resumeLocked sends e, overtaken, once more: the watch has passed the
 // write that beat it, so it is conditioned on the key's last write as the
 // watch knows it now, and judged against the report the watch applied: a
-// report the write that beat it makes stale is refused (false).
+// report the write that beat it makes stale is refused (false). If the
+// write that beat it is e's own report (storedCopyLocked), e is stored
+// there: nothing is sent again, and the write chained after it, if any,
+// is returned instead.
 func (r *Replica) resumeLocked(e *write) (resend, bool) {
 	r.writes.dropOvertaken(e)
+	if seq, ok := r.storedCopyLocked(e); ok {
+		e.seq, e.deadline = seq, r.clock+applyTicks
+		e.to(stored)
+		next, cond := r.nextLocked(e)
+		return resend{e: next, cond: cond}, next != nil
+	}
 	if err := e.judgeLocked(r.watchedLocked(e.node)); err != nil {
 		e.refuse(err)
 		return resend{}, false
@@ -108,6 +120,36 @@ func (r *Replica) sweepOvertakenLocked() []resend {
 		}
 	}
 	return sends
+}
+
+// storedCopyLocked reports whether the node's report as the watch applied
+// it, written after e's condition, is e's own numbered report (the same
+// node_epoch, seq and flows), and at which sequence number. A refusal does not
+// always mean that nothing was stored: around a stream leader's change,
+// a server that still takes itself for the leader may refuse a put by its
+// own stale view while the new leader stores it. Sent again, such a write
+// would be judged stale against its own first copy (a report answered
+// 409 that the state holds) or, for a report that is not stale against
+// itself, stored twice and acknowledged at the second copy. An
+// unnumbered report carries nothing that tells its copy from another
+// report's equal value: it is sent again.
+func (r *Replica) storedCopyLocked(e *write) (uint64, bool) {
+	seen, ok := r.watch.nodes[e.node]
+	if !ok || seen.revision <= e.cond || !e.hasEpoch || e.health == nil || !e.health.HasSeq {
+		return 0, false
+	}
+	l := seen.lineage
+	if !l.hasEpoch || !l.hasSeq || l.epoch != e.nodeEpoch || l.seq != e.health.Seq {
+		return 0, false
+	}
+	var flows []flowstate.Flow
+	if n, ok := r.watch.agg.nodes[e.node]; ok {
+		flows = n.flows
+	}
+	if !slices.Equal(flows, e.flows) {
+		return 0, false // another report under the same numbers: judged as one
+	}
+	return seen.revision, true
 }
 
 // dropOvertaken takes e out of the overtaken writes.

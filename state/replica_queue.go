@@ -299,13 +299,14 @@ func (r *Replica) takeAnswers(holding bool) []answer {
 }
 
 // heldLocked is the lineage of node id's report as this worker knows it
-// now: its own write of the node still in the queue and not refused, which
-// is the node's report if it lands (a later write is conditioned on it),
-// unless the watch has applied a later write of the node's key (another
-// worker's, stored after it); or else the report the watch applied; nil if
-// neither.
+// now: its own write of the node in the watch's epoch still in the queue
+// and not refused, which is the node's report if it lands (a later write is
+// conditioned on it), unless the watch has applied a later write of the
+// node's key (another worker's, stored after it); or else the report the
+// watch applied; nil if neither. A write of an ended epoch says nothing of
+// the node's report in this one.
 func (r *Replica) heldLocked(id uint64) *lineage {
-	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.phase != refused && !r.passedLocked(p) {
+	if p := r.writes.lastOf[id]; p != nil && p.err == nil && p.phase != refused && p.epoch == r.watch.epoch && !r.passedLocked(p) {
 		return &p.lineage
 	}
 	return r.watchedLocked(id)

@@ -16,7 +16,8 @@ import (
 //	queued    → chained, sent or refused (its check)
 //	chained   → sent (the write before it was answered), refused, abandoned
 //	sent      → stored, refused, overtaken (its condition refused), abandoned
-//	overtaken → sent (the watch passed the write that beat it), refused, abandoned
+//	overtaken → sent (the watch passed the write that beat it), stored (that
+//	            write was its own first copy), refused, abandoned
 //	stored, refused → answered (its turn) → free (reused)
 //	abandoned → free (the store, the write before it or the watch answered)
 //
@@ -39,7 +40,8 @@ const (
 	// overtaken: the store refused its put's condition, naming a later write
 	// of the node's key that this worker's watch had not applied: it waits
 	// for the watch to pass that write, then is sent again (resumeLocked),
-	// or refused once ApplyTimeout has passed since its first refusal.
+	// is found stored (that write was its own first copy), or refused once
+	// ApplyTimeout has passed since its first refusal.
 	overtaken
 	// stored: the store took it at seq; it is answered once the watch has
 	// applied it, or its deadline passed.
@@ -67,7 +69,7 @@ var moves = [...][]writePhase{
 	queued:    {chained, sent, refused},
 	chained:   {sent, refused, abandoned},
 	sent:      {stored, refused, overtaken, abandoned},
-	overtaken: {sent, refused, abandoned},
+	overtaken: {sent, stored, refused, abandoned},
 	stored:    {answered},
 	refused:   {answered},
 	answered:  {free},

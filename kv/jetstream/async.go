@@ -24,12 +24,12 @@ var errStoreClosed = errors.New("the store is closed")
 //
 // The puts go out on core NATS, never retried, each with a reply subject of
 // its own under one wildcard subscription: <inbox>.<slot>.<generation>. A
-// slot keeps its reply subject from one put to the next and takes a new
-// generation only when a put ends without its acknowledgement, so an
-// acknowledgement that arrives after its put was given up is recognised and
-// dropped instead of being taken for a later put's, and no subject is built
-// per put. Acknowledgements are read in place (pubAckSeq); one ticker bounds
-// every put's wait.
+// slot takes a new generation whenever a put ends, so an answer that
+// arrives after its put ended (given up, or answered already: around a
+// stream leader's change, two servers that each take themselves for the
+// leader may both answer one put) is recognised and dropped instead of
+// being taken for a later put's. Acknowledgements are read in place
+// (pubAckSeq); one ticker bounds every put's wait.
 type asyncPuts struct {
 	nc      *nats.Conn
 	timeout time.Duration
@@ -130,7 +130,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		err = a.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: value})
 	}
 	if err != nil {
-		if _, d := a.take(slot, gen, true); d == nil {
+		if _, d := a.take(slot, gen); d == nil {
 			return nil // answered meanwhile (the connection was lost)
 		}
 		a.free <- slot
@@ -140,9 +140,8 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 }
 
 // take ends the put in slot if it is still the one of generation gen, and
-// returns its key and done; done is nil if it had ended already. With renew,
-// the slot takes a new generation: its put may still be acknowledged.
-func (a *asyncPuts) take(slot int32, gen uint64, renew bool) (string, kv.PutReceiver) {
+// returns its key and done; done is nil if it had ended already.
+func (a *asyncPuts) take(slot int32, gen uint64) (string, kv.PutReceiver) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slot < 0 || int(slot) >= len(a.slots) {
@@ -153,17 +152,17 @@ func (a *asyncPuts) take(slot int32, gen uint64, renew bool) (string, kv.PutRece
 		return "", nil
 	}
 	key, done := p.key, p.done
-	a.endLocked(slot, renew)
+	a.endLocked(slot)
 	return key, done
 }
 
-func (a *asyncPuts) endLocked(slot int32, renew bool) {
+// endLocked frees slot, under a new generation: whatever answer its put
+// may still get is dropped.
+func (a *asyncPuts) endLocked(slot int32) {
 	p := &a.slots[slot]
 	p.busy, p.key, p.done = false, "", nil
-	if renew {
-		p.gen++
-		p.reply = a.replyOf(int(slot), p.gen)
-	}
+	p.gen++
+	p.reply = a.replyOf(int(slot), p.gen)
 }
 
 // onReply answers the put that m acknowledges.
@@ -172,9 +171,9 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	key, done := a.take(slot, gen, false)
+	key, done := a.take(slot, gen)
 	if done == nil {
-		return // given up already
+		return // given up, or answered, already
 	}
 	a.free <- slot
 	seq, err := pubAckSeq(m)
@@ -256,7 +255,7 @@ func (a *asyncPuts) endAll(dst []endedPut, match func(*putSlot) bool) []endedPut
 		p := &a.slots[i]
 		if p.busy && match(p) {
 			dst = append(dst, endedPut{slot: int32(i), key: p.key, done: p.done})
-			a.endLocked(int32(i), true)
+			a.endLocked(int32(i))
 		}
 	}
 	return dst

@@ -139,15 +139,9 @@ func (s *Store) startOverReturned(ctx context.Context, w *watching, ep epochAt) 
 		w.passEpoch = ep.name
 		return nil
 	}
-	lctx, cancel := s.opContext(ctx)
-	m, err := s.legacy.GetLastMsg(s.stream, s.subject(s.cfg.EpochKey), nats.Context(lctx))
-	cancel()
-	if err != nil || string(m.Data) != ep.name {
-		// Behind, or gone meanwhile: read it again after a while.
-		if err := clock.Sleep(ctx, s.cfg.Clock, s.cfg.CheckInterval); err != nil {
-			return err
-		}
-		return errStartOver
+	m, err := s.epochKeyFromLeader(ctx, ep)
+	if m == nil {
+		return err
 	}
 	why := fmt.Sprintf("the epoch key names epoch %s again, which this worker had left: the store forgot what followed it", ep.name)
 	if err := s.startKeptEpoch(ctx, ep.name, m.Sequence, why); err != nil {
@@ -173,15 +167,9 @@ func (s *Store) startOverWentBack(ctx context.Context, w *watching, ep epochAt) 
 	if mark.seq == 0 || mark.epoch == ep.name || ep.seq >= mark.seq {
 		return nil
 	}
-	lctx, cancel := s.opContext(ctx)
-	m, err := s.legacy.GetLastMsg(s.stream, s.subject(s.cfg.EpochKey), nats.Context(lctx))
-	cancel()
-	if err != nil || string(m.Data) != ep.name {
-		// Behind, or moved on meanwhile: read it again after a while.
-		if err := clock.Sleep(ctx, s.cfg.Clock, s.cfg.CheckInterval); err != nil {
-			return err
-		}
-		return errStartOver
+	m, err := s.epochKeyFromLeader(ctx, ep)
+	if m == nil {
+		return err
 	}
 	if !m.Time.Before(mark.time) {
 		w.mark = watermark{}
@@ -200,6 +188,24 @@ func (s *Store) startOverWentBack(ctx context.Context, w *watching, ep epochAt) 
 		return err
 	}
 	return errStartOver
+}
+
+// epochKeyFromLeader reads the epoch key's last write again from the
+// stream's leader and returns it if it still names ep; if not (the server
+// the watch read was behind, or the key moved on meanwhile) it waits
+// CheckInterval and returns nil with errStartOver, for the watch to read it
+// again, or with ctx's error.
+func (s *Store) epochKeyFromLeader(ctx context.Context, ep epochAt) (*nats.RawStreamMsg, error) {
+	lctx, cancel := s.opContext(ctx)
+	m, err := s.legacy.GetLastMsg(s.stream, s.subject(s.cfg.EpochKey), nats.Context(lctx))
+	cancel()
+	if err == nil && string(m.Data) == ep.name {
+		return m, nil
+	}
+	if err := clock.Sleep(ctx, s.cfg.Clock, s.cfg.CheckInterval); err != nil {
+		return nil, err
+	}
+	return nil, errStartOver
 }
 
 // startKeptEpoch replaces epoch, whose key's write is epochSeq, with a new

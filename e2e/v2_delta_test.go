@@ -185,9 +185,10 @@ func (f *dropFollower) body() []byte {
 // worker under concurrent reports from many nodes with a client that loses
 // every tenth delta: it notices each loss by the next delta's base, takes a
 // chunked snapshot, and ends on the state of the single-message get, byte
-// for byte. Core NATS may lose the last delta too: like any client, this
-// one learns of it with the next update, so the test sends one more report
-// until the follower has caught up.
+// for byte. The last delta may be the one dropped (or core NATS may lose
+// it): like any client, this one learns of it with the next update, so the
+// test sends one more report that changes a flow until the follower has
+// caught up.
 func TestAClientThatDropsEveryTenthDeltaEndsOnTheExactFinalState(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
@@ -224,7 +225,10 @@ func TestAClientThatDropsEveryTenthDeltaEndsOnTheExactFinalState(t *testing.T) {
 			break
 		}
 		require.Less(t, nudge, 2, "the follower never reached revision %d (at %d)", final.Revision, f.ver.Revision)
-		_, err := c.Send(ctx, fsclient.Report{NodeID: 1000 + uint64(nudge)})
+		// The nudge must change the aggregate: a report that changes
+		// nothing moves the revision but publishes no delta.
+		nudgeValue := flowstate.FlowStateValue{StateSize: map[flowstate.FlowID]uint64{1_000_000: uint64(nudge) + 1}}
+		_, err := c.Send(ctx, fsclient.Report{NodeID: 1000, Value: nudgeValue})
 		cancel()
 		require.NoError(t, err)
 	}

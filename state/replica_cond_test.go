@@ -166,27 +166,20 @@ func TestReplicaConditionsOnADeletionItLoaded(t *testing.T) {
 func TestReplicaJudgesAReportByALaterWriteOfItsNodeThanItsOwn(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	a := follow(t, mem, state.ReplicaOptions{ID: "a", ApplyTimeout: time.Minute})
-	mem.StallWatches()
-	_, err := mem.Put(t.Context(), flowstate.NodeKey(2), flowstate.AppendJSON(nil, lastExecOf(2, 5).Flows()))
-	require.NoError(t, err)
-	blocker := submit(t, a.mgr, 2, lastExecOf(2, 6)) // refused: a's watch has not applied the write above
-	first := &pending{done: make(chan struct{})}
-	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	blocker := queueBlocker(t, mem, a)
+	first := submitReport(t, a.mgr, numbered(1, 100, 1, 1))
 	stored, err := mem.LastRevision(t.Context())
 	require.NoError(t, err)
 	// Report 3 as another worker writes it, conditioned on report 1's write.
 	third := numbered(1, 100, 3, 3)
-	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, third.Flows, third.NodeEpoch, third.HasNodeEpoch, third.Health),
-		kv.Condition{Key: flowstate.NodeKey(1), Revision: stored.Seq})
-	require.NoError(t, err, "report 1 was stored")
+	storeAsAnotherWorker(t, mem, third, stored.Seq, "report 1 was stored")
 	mem.HoldPuts()
 	mem.ResumeWatches()
 	require.NoError(t, a.mgr.Sync(t.Context()), "a's watch applied report 3")
 	require.Eventually(t, func() bool { return mem.HeldPuts() == 1 }, followWait, 10*time.Millisecond, "the blocker is sent again, and held")
 	assert.False(t, answered(first), "report 1 waits for the blocker's answer")
 
-	second := &pending{done: make(chan struct{})}
-	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	second := submitReport(t, a.mgr, numbered(1, 100, 2, 2))
 	mem.ReleasePuts(t.Context())
 	_, err = outcome(t, blocker)
 	require.NoError(t, err)
@@ -208,12 +201,8 @@ func TestReplicaJudgesAReportByALaterWriteOfItsNodeThanItsOwn(t *testing.T) {
 func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	a := follow(t, mem, state.ReplicaOptions{ID: "a", ApplyTimeout: time.Minute})
-	mem.StallWatches()
-	_, err := mem.Put(t.Context(), flowstate.NodeKey(2), flowstate.AppendJSON(nil, lastExecOf(2, 5).Flows()))
-	require.NoError(t, err)
-	blocker := submit(t, a.mgr, 2, lastExecOf(2, 6)) // refused: a's watch has not applied the write above
-	first := &pending{done: make(chan struct{})}
-	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	blocker := queueBlocker(t, mem, a)
+	first := submitReport(t, a.mgr, numbered(1, 100, 1, 1))
 	mem.HoldPuts()
 	mem.ResumeWatches()
 	require.NoError(t, a.mgr.Sync(t.Context()), "a's watch applied report 1")
@@ -223,17 +212,14 @@ func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
 	require.NoError(t, mem.Clear(t.Context()))
 	// Report 3 as another worker writes it in the new epoch.
 	third := numbered(1, 100, 3, 3)
-	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, third.Flows, third.NodeEpoch, third.HasNodeEpoch, third.Health),
-		kv.Condition{Key: flowstate.NodeKey(1)})
-	require.NoError(t, err)
+	storeAsAnotherWorker(t, mem, third, 0)
 	mem.ResumeWatches()
 	require.Eventually(t, func() bool { return a.mgr.Sync(t.Context()) == nil }, followWait, 10*time.Millisecond, "a's watch applied report 3 in the new epoch")
 	assert.False(t, answered(first), "report 1 waits for the blocker's answer")
 
-	second := &pending{done: make(chan struct{})}
-	require.NoError(t, a.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	second := submitReport(t, a.mgr, numbered(1, 100, 2, 2))
 	mem.ReleasePuts(t.Context())
-	_, err = outcome(t, blocker)
+	_, err := outcome(t, blocker)
 	require.Error(t, err, "its epoch ended")
 	_, err = outcome(t, first)
 	require.ErrorIs(t, err, state.ErrStoreCleared, "its epoch ended")
@@ -253,14 +239,12 @@ func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
 func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
-	first := &pending{done: make(chan struct{})}
-	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	first := submitReport(t, w.mgr, numbered(1, 100, 1, 1))
 	_, err := outcome(t, first)
 	require.NoError(t, err)
 
 	mem.RefuseStoredWrites(1)
-	second := &pending{done: make(chan struct{})}
-	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	second := submitReport(t, w.mgr, numbered(1, 100, 2, 2))
 	res, err := outcome(t, second)
 	require.NoError(t, err, "acknowledged: the state holds it")
 	last, err := mem.LastRevision(t.Context())
@@ -279,21 +263,39 @@ func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
 func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
-	first := &pending{done: make(chan struct{})}
-	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 1, 1), first))
+	first := submitReport(t, w.mgr, numbered(1, 100, 1, 1))
 	res, err := outcome(t, first)
 	require.NoError(t, err)
 
 	mem.StallWatches()
 	other := numbered(1, 100, 2, 99)
-	_, err = mem.PutIf(t.Context(), flowstate.NodeKey(1), flowstate.AppendNodeJSON(nil, other.Flows, other.NodeEpoch, other.HasNodeEpoch, other.Health),
-		kv.Condition{Key: flowstate.NodeKey(1), Revision: res.Revision})
-	require.NoError(t, err)
-	second := &pending{done: make(chan struct{})}
-	require.NoError(t, w.mgr.Submit(t.Context(), numbered(1, 100, 2, 2), second))
+	storeAsAnotherWorker(t, mem, other, res.Revision)
+	second := submitReport(t, w.mgr, numbered(1, 100, 2, 2))
 	mem.ResumeWatches()
 	_, err = outcome(t, second)
 	require.ErrorIs(t, err, state.ErrStale, "the node holds another report under the same numbers")
 	got, _ := w.synced(t)
 	assert.Equal(t, int64(99), got.LastExecTimeMap[1])
+}
+
+// queueBlocker stalls mem's watches and queues at w a write of node 2
+// that the store refuses (w's watch has not applied the node's write
+// before it) and that waits, overtaken, at the head of w's queue: the
+// writes queued after it are not answered before it is.
+func queueBlocker(t *testing.T, mem *kv.SharedMemory, w *worker) *pending {
+	t.Helper()
+	mem.StallWatches()
+	_, err := mem.Put(t.Context(), flowstate.NodeKey(2), flowstate.AppendJSON(nil, lastExecOf(2, 5).Flows()))
+	require.NoError(t, err)
+	return submit(t, w.mgr, 2, lastExecOf(2, 6))
+}
+
+// storeAsAnotherWorker writes rep to its node's key as another worker
+// does, conditioned on the key's last write being cond.
+func storeAsAnotherWorker(t *testing.T, mem *kv.SharedMemory, rep state.Report, cond uint64, msgAndArgs ...any) {
+	t.Helper()
+	key := flowstate.NodeKey(rep.Node)
+	_, err := mem.PutIf(t.Context(), key, flowstate.AppendNodeJSON(nil, rep.Flows, rep.NodeEpoch, rep.HasNodeEpoch, rep.Health),
+		kv.Condition{Key: key, Revision: cond})
+	require.NoError(t, err, msgAndArgs...)
 }

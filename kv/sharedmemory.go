@@ -54,7 +54,9 @@ type SharedMemory struct {
 	epoch         string
 	down          bool
 	lostAcks      int // writes still to be stored but answered with ErrUnavailable
-	refusedStored int // conditional writes still to be stored but answered as refused
+	refusedStored int // conditional writes to refusedKey still to be stored but answered as refused
+	refusedKey    string
+	refusedAt     []uint64 // the sequence numbers of those stored so far
 	stalled       bool
 	changed       chan struct{} // closed, and replaced, when watches have something new to see
 	holding       bool          // PutAsync holds its puts (HoldPuts)
@@ -189,8 +191,9 @@ func (s *SharedMemory) write(op, key string, value []byte, del bool, cond *Condi
 	s.order = append(s.order, sharedWrite{seq: s.seq, key: key})
 	s.compactLocked()
 	s.notifyLocked()
-	if cond != nil && s.refusedStored > 0 {
+	if cond != nil && s.refusedStored > 0 && key == s.refusedKey {
 		s.refusedStored--
+		s.refusedAt = append(s.refusedAt, s.seq)
 		return Revision{}, fmt.Errorf("%w: %s: stored as %d, but answered as refused (RefuseStoredWrites)", ErrRevisionMismatch, what, s.seq)
 	}
 	if s.lostAcks > 0 {

@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // The test hooks of SharedMemory: a store that is unavailable, that loses
@@ -36,16 +37,25 @@ func (s *SharedMemory) LoseAcks(n int) {
 	s.lostAcks = n
 }
 
-// RefuseStoredWrites makes the next n conditional writes that meet their
-// condition succeed but return an error wrapping ErrRevisionMismatch that
-// names no last write, as a server that still takes itself for a
-// replicated stream's leader refuses a put by its stale view while the new
-// leader stores it: stored and delivered to watches, though the writer was
-// told its condition failed.
-func (s *SharedMemory) RefuseStoredWrites(n int) {
+// RefuseStoredWrites makes the next n conditional writes to key that meet
+// their condition succeed but return an error wrapping
+// ErrRevisionMismatch that names no last write, as a server that still
+// takes itself for a replicated stream's leader refuses a put by its stale
+// view while the new leader stores it: stored and delivered to watches,
+// though the writer was told its condition failed.
+func (s *SharedMemory) RefuseStoredWrites(key string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.refusedKey = key
 	s.refusedStored = n
+}
+
+// RefusedStoredAt returns the sequence numbers at which the writes that
+// RefuseStoredWrites answered as refused were stored, in order.
+func (s *SharedMemory) RefusedStoredAt() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refusedAt)
 }
 
 // Available reports whether calls go through: false after

@@ -134,26 +134,40 @@ func CutMessage(s string) string {
 	return s[:i]
 }
 
-// Clone returns a deep copy of h (messages are immutable strings, shared).
+// Clone returns a deep copy of h (messages are immutable strings, shared):
+// three allocations, whatever the number of flows.
 func (h *Health) Clone() *Health {
 	c := *h
-	c.Flows = slices.Clone(h.Flows)
-	// One array holds every flow's errors: three allocations a clone,
-	// whatever the number of flows.
-	n := 0
-	for i := range c.Flows {
-		n += len(c.Flows[i].LastErrors)
-	}
-	errs := make([]FlowError, 0, n)
-	for i := range c.Flows {
-		if e := c.Flows[i].LastErrors; e != nil {
-			k := len(errs)
-			errs = append(errs, e...)
-			c.Flows[i].LastErrors = errs[k:len(errs):len(errs)]
-		}
-	}
+	c.Flows, _ = AppendFlowHealth(make([]FlowHealth, 0, len(h.Flows)), make([]FlowError, 0, ErrorCount(h.Flows)), h.Flows)
 	c.RetiredEpochs = slices.Clone(h.RetiredEpochs)
 	return &c
+}
+
+// ErrorCount is the number of errors flows hold.
+func ErrorCount(flows []FlowHealth) int {
+	n := 0
+	for i := range flows {
+		n += len(flows[i].LastErrors)
+	}
+	return n
+}
+
+// AppendFlowHealth appends deep copies of src to dst, their errors appended
+// to errs, and returns both; the copies' LastErrors are slices of errs's
+// array. A caller that gives errs room for every error it appends
+// (ErrorCount) keeps them in one array, allocated once.
+func AppendFlowHealth(dst []FlowHealth, errs []FlowError, src []FlowHealth) ([]FlowHealth, []FlowError) {
+	errs = slices.Grow(errs, ErrorCount(src))
+	k := len(dst)
+	dst = append(dst, src...)
+	for i := k; i < len(dst); i++ {
+		if e := dst[i].LastErrors; e != nil {
+			j := len(errs)
+			errs = append(errs, e...)
+			dst[i].LastErrors = errs[j:len(errs):len(errs)]
+		}
+	}
+	return dst, errs
 }
 
 // DistinctFlows counts the flow ids named by flows and by health, both

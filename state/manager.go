@@ -65,9 +65,22 @@ type Manager struct {
 
 // nodeMeta is what a Manager keeps of a node beside its report.
 type nodeMeta struct {
-	seen    time.Time         // when its last report was applied
-	lineage lineage           // its processes, for the stale rule
-	health  *flowstate.Health // its flows' health, never changed once kept; nil: none
+	seen    time.Time // when its last report was applied
+	lineage lineage   // its processes, for the stale rule
+	// health is its flows' health (nil: none), in one of bufs; the next
+	// report's health is copied into the other, so that the aggregate
+	// compares the two lists and a report allocates nothing once the
+	// buffers have grown. A reader copies health under the lock.
+	health *flowstate.Health
+	bufs   [2]healthBuf
+}
+
+// spare returns the buffer that health is not in.
+func (m *nodeMeta) spare() *healthBuf {
+	if m.health == &m.bufs[0].h {
+		return &m.bufs[1]
+	}
+	return &m.bufs[0]
 }
 
 // NewManager returns an empty Manager at a new epoch.
@@ -109,21 +122,23 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if err := m.agg.checkNode(n, flows, healthFlows(keepHealthOf(&rep)), m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
-	var oldErrors int
-	if n != nil && n.meta != nil {
-		oldErrors = n.meta.health.ErrorBytes()
+	var meta *nodeMeta
+	if n != nil {
+		meta = n.meta
 	}
-	kept := keepHealth(rep.Health)
+	if meta == nil {
+		meta = &nodeMeta{}
+	}
+	oldErrors := meta.health.ErrorBytes()
+	kept := meta.spare().keep(rep.Health)
 	if err := checkErrorBytes(m.errorBytes, oldErrors, kept, m.opts.Limits.MaxErrorBytes); err != nil {
 		return MergeResult{}, err
 	}
 	m.errorBytes += kept.ErrorBytes() - oldErrors
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
-	if n.meta == nil {
-		n.meta = &nodeMeta{}
-	}
-	n.meta.lineage, n.meta.health = next, kept
+	n.meta = meta
+	meta.lineage, meta.health = next, kept
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.

@@ -18,7 +18,7 @@ type Stats struct {
 	// Health is each flow's health over the nodes, sorted by ID.
 	Health []flowstate.FlowStats
 	// Nodes is the health of each node that holds some, in no order, with
-	// the process that reported it: what Health merges. The Healths are
+	// the process that reported it: what Health merges. The Healths may be
 	// the state's own and must not be changed.
 	Nodes []NodeHealth
 }
@@ -32,8 +32,10 @@ type NodeHealth struct {
 }
 
 // appendHealths appends the health each node of nodes holds, with its
-// lineage; a node's health is never changed once kept (a new report
-// replaces it whole), so the merge may read it once the lock is let go.
+// lineage. A Replica's is never changed once kept (a new report replaces
+// it whole), so the merge may read it once the lock is let go; a
+// Manager's next reports reuse its buffers, so it is copied under the
+// lock (copyHealths).
 func appendHealths[T any](dst []NodeHealth, nodes map[uint64]T, health func(T) (*flowstate.Health, lineage)) []NodeHealth {
 	for id, n := range nodes {
 		if h, l := health(n); h != nil {
@@ -52,6 +54,46 @@ func (s *Stats) mergeHealth() {
 	s.Health = flowstate.MergeHealth(nil, nodes)
 }
 
+// copyHealths gives each of nodes a copy of its Health, all in three
+// arrays: the Healths, their flows and the flows' errors.
+func copyHealths(nodes []NodeHealth) {
+	nf, ne := 0, 0
+	for i := range nodes {
+		nf += len(nodes[i].Health.Flows)
+		ne += flowstate.ErrorCount(nodes[i].Health.Flows)
+	}
+	hs := make([]flowstate.Health, len(nodes))
+	flows := make([]flowstate.FlowHealth, 0, nf)
+	errs := make([]flowstate.FlowError, 0, ne)
+	for i := range nodes {
+		k := len(flows)
+		flows, errs = flowstate.AppendFlowHealth(flows, errs, nodes[i].Health.Flows)
+		hs[i] = *nodes[i].Health
+		hs[i].Flows, hs[i].RetiredEpochs = flows[k:len(flows):len(flows)], nil
+		nodes[i].Health = &hs[i]
+	}
+}
+
+// healthBuf holds a copy of a report's health in buffers it reuses from
+// one report to the next.
+type healthBuf struct {
+	h    flowstate.Health
+	errs []flowstate.FlowError // the array behind h's flows' LastErrors
+}
+
+// keep copies into b what a state keeps of h (keepHealth) and returns it,
+// or nil when h holds no flow's health. What b held before is gone.
+func (b *healthBuf) keep(h *flowstate.Health) *flowstate.Health {
+	if h == nil || len(h.Flows) == 0 {
+		return nil
+	}
+	clear(b.errs) // no message outlives its report here
+	flows, errs := flowstate.AppendFlowHealth(b.h.Flows[:0], b.errs[:0], h.Flows)
+	b.h = flowstate.Health{HasProcessedRows: h.HasProcessedRows, HasLastErrors: h.HasLastErrors, HasSeq: h.HasSeq, Seq: h.Seq, Flows: flows}
+	b.errs = errs
+	return &b.h
+}
+
 // keepHealth returns what a state keeps of a report's v3 part: a copy
 // without its seq and retired epochs, or nil when it holds no flow's
 // health.
@@ -65,8 +107,8 @@ func keepHealth(h *flowstate.Health) *flowstate.Health {
 }
 
 // Stats returns the flow stats: the aggregate and its health, at one
-// version. It holds the lock to copy the aggregate and take the nodes'
-// health; the merge runs outside it.
+// version. It holds the lock to copy the aggregate and the nodes' health;
+// the merge runs outside it.
 func (m *Manager) Stats(context.Context) (Stats, error) {
 	m.mu.Lock()
 	s := Stats{Version: m.versionLocked(), Flows: m.agg.AppendFlows(nil)}
@@ -76,6 +118,7 @@ func (m *Manager) Stats(context.Context) (Stats, error) {
 		}
 		return n.meta.health, n.meta.lineage
 	})
+	copyHealths(s.Nodes) // the next reports reuse the nodes' buffers
 	m.mu.Unlock()
 	s.mergeHealth()
 	return s, nil

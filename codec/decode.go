@@ -35,8 +35,10 @@ type Decoder struct {
 	// scratch buffers above; see settle.
 	ordinary int
 	// messages holds the error messages read before, so that a repeated
-	// message reuses its string (see intern).
+	// message reuses its string (see intern); recent is a direct-mapped
+	// cache in front of it (see seenMessage).
 	messages map[string]string
+	recent   [recentMessages]string
 	// healthRun is where the second health map's flows start in
 	// Report.Health.Flows (0: one run only); htmp is scratch for joining
 	// the two runs.

@@ -72,7 +72,8 @@
 // allocates nothing either once its error messages have been seen: a
 // Decoder keeps the strings of the messages it read (up to 4,096, then it
 // starts over) and reuses them, since a node repeats its errors from one
-// heartbeat to the next. Its time is linear in the
+// heartbeat to the next; one of the last messages it read is found by one
+// comparison, without hashing it. Its time is linear in the
 // flows of a report whose maps name their ids in ascending order (as
 // AppendReport and serde's BTreeMap write them); maps in another order (as
 // Go maps write them) are radix-sorted first. A map naming the same flows

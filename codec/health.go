@@ -171,7 +171,7 @@ func (d *Decoder) errorMap(b []byte, i int, id uint64, k int, withNode bool) (fl
 			if st != ok {
 				return e, i, scanError(at(".message"), st, codeAt(b, i), "a string")
 			}
-			m, seen := d.messages[string(s)] // only valid messages are kept: no need to check one again
+			m, seen := d.seenMessage(s) // only valid messages are kept: no need to check one again
 			if !seen {
 				if !flowstate.ValidMessage(s) {
 					return e, i, newError(at(".message"), KindBadError,
@@ -198,10 +198,41 @@ func (d *Decoder) errorMap(b []byte, i int, id uint64, k int, withNode bool) (fl
 	return e, i, nil
 }
 
+// recentMessages is the number of slots of a Decoder's cache of recent
+// messages; a power of two.
+const recentMessages = 64
+
+// recentSlot picks the slot of message s (not empty) in the cache of
+// recent messages from its length and three of its bytes: no hashing of
+// the whole message.
+func recentSlot(s []byte) int {
+	n := len(s)
+	return int(uint(n)^uint(s[0])<<1^uint(s[n/2])<<3^uint(s[n-1])<<5) & (recentMessages - 1)
+}
+
+// seenMessage returns the string of message s if the Decoder read it
+// before. A message in the cache of recent ones costs one comparison; the
+// others, a lookup of the map of every message kept, which hashes the
+// whole message.
+func (d *Decoder) seenMessage(s []byte) (string, bool) {
+	if len(s) == 0 {
+		return "", false
+	}
+	slot := recentSlot(s)
+	if m := d.recent[slot]; m == string(s) {
+		return m, true
+	}
+	m, ok := d.messages[string(s)]
+	if ok {
+		d.recent[slot] = m
+	}
+	return m, ok
+}
+
 // intern returns s as a string, the same string as for an equal message
 // read before, so that a node that repeats its errors costs no allocation.
 func (d *Decoder) intern(s []byte) string {
-	if m, ok := d.messages[string(s)]; ok {
+	if m, ok := d.seenMessage(s); ok {
 		return m
 	}
 	if d.messages == nil || len(d.messages) >= maxInterned {
@@ -209,6 +240,9 @@ func (d *Decoder) intern(s []byte) string {
 	}
 	m := string(s)
 	d.messages[m] = m
+	if len(s) > 0 {
+		d.recent[recentSlot(s)] = m
+	}
 	return m
 }
 

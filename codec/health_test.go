@@ -182,6 +182,25 @@ func TestDecodeV3DoesNotAllocateInSteadyState(t *testing.T) {
 	assert.Zero(t, allocs, "repeated messages reuse their strings")
 }
 
+// TestDecodeTellsApartMessagesOfOneCacheSlot: two messages of one length
+// whose first, middle and last bytes agree share a slot of the Decoder's
+// cache of recent messages; each report still reads its own.
+func TestDecodeTellsApartMessagesOfOneCacheSlot(t *testing.T) {
+	first, second := "abcdcba", "abzdzba"
+	require.Equal(t, recentSlot([]byte(first)), recentSlot([]byte(second)))
+	report := func(msg string) *Report {
+		r := v3Report()
+		r.Health.Flows[0].LastErrors[0].Message = msg
+		return r
+	}
+	var d Decoder
+	for _, msg := range []string{first, second, first, second} {
+		got, err := decodeReport(t, &d, AppendReport(nil, report(msg)))
+		require.NoError(t, err)
+		assert.Equal(t, msg, got.Health.Flows[0].LastErrors[0].Message)
+	}
+}
+
 func TestDecodeTakesAMessageOfExactly1024Bytes(t *testing.T) {
 	msg := strings.Repeat("é", 511) + "xx"
 	require.Len(t, msg, flowstate.MaxErrorMessage)

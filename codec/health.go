@@ -52,21 +52,26 @@ func (d *Decoder) healthMap(b []byte, i int, f field, r *Report) (int, *DecodeEr
 		if k := len(h.Flows); k > start && uint64(h.Flows[k-1].ID) >= id {
 			sorted = false
 		}
-		fh := flowstate.FlowHealth{ID: flowstate.FlowID(id), Has: healthBits[f]}
+		// Filled in place: a report rejected midway leaves its flows
+		// behind, for the next Decode to reset.
+		h.Flows = slices.Grow(h.Flows, 1)
+		h.Flows = h.Flows[:len(h.Flows)+1]
+		fh := &h.Flows[len(h.Flows)-1]
+		fh.ID, fh.Has = flowstate.FlowID(id), healthBits[f]
 		if f == fieldProcessedRows {
 			v, j, fast := uintFast(b, i)
 			if !fast {
 				// The path is built only on error: it allocates.
 				v, j, err = uintField(b, i, flowPath(name, id))
 			}
-			fh.ProcessedRows, i = v, j
+			fh.ProcessedRows, fh.LastErrors, i = v, nil, j
 		} else {
+			fh.ProcessedRows = 0
 			fh.LastErrors, i, err = errorList(d, b, i, id, false, &r.errs, reportError)
 		}
 		if err != nil {
 			return i, err
 		}
-		h.Flows = append(h.Flows, fh)
 	}
 	if !sorted {
 		run := h.Flows[start:]

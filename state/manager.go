@@ -130,10 +130,10 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 		meta = &nodeMeta{}
 	}
 	oldErrors := meta.health.ErrorBytes()
-	kept := meta.spare().keep(rep.Health)
-	if err := checkErrorBytes(m.errorBytes, oldErrors, kept, m.opts.Limits.MaxErrorBytes); err != nil {
+	if err := checkErrorBytes(m.errorBytes, oldErrors, keepHealthOf(&rep), m.opts.Limits.MaxErrorBytes); err != nil {
 		return MergeResult{}, err
 	}
+	kept := meta.spare().keep(rep.Health)
 	m.errorBytes += kept.ErrorBytes() - oldErrors
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))

@@ -49,9 +49,9 @@ func TestManagerStatsKeepTheirHealthWhileReportsArrive(t *testing.T) {
 	assert.Equal(t, errorsReport(1, 3, 4).Health.Flows, after.Nodes[0].Health.Flows, "the health of round 4")
 }
 
-// TestManagerRefusedReportLeavesTheNodesHealth: a report refused for
-// --max-error-bytes, copied into the node's spare buffer before the check,
-// leaves the node's health as its last report set it.
+// TestManagerRefusedReportLeavesTheNodesHealth: reports refused for
+// --max-error-bytes, whichever of the node's two buffers is the spare,
+// leave the node's health as its last report set it.
 func TestManagerRefusedReportLeavesTheNodesHealth(t *testing.T) {
 	m := newManager(t, state.Options{Limits: state.Limits{MaxErrorBytes: 100}})
 	_, err := m.Merge(t.Context(), errorsReport(1, 1, 1))

@@ -236,10 +236,23 @@ func (c *Cluster) AwaitRoutePeers(i int, want []string, timeout time.Duration) e
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("proctest: routes of s%d: want %v, got %v (%v) after %v", i, want, got, err, timeout)
+			return fmt.Errorf("proctest: routes of s%d: want %v, got %v (%v) after %v; %s", i, want, got, err, timeout, c.serverState(i))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// serverState says whether server i runs, and its last lines of output.
+func (c *Cluster) serverState(i int) string {
+	if i >= len(c.Servers) {
+		return "no such server"
+	}
+	s := c.Servers[i]
+	state := "running"
+	if s.Exited() {
+		state = fmt.Sprintf("exited with code %d", s.ExitCode())
+	}
+	return fmt.Sprintf("s%d %s, its last output:\n%s", i, state, s.Tail(15))
 }
 
 // ClientProxy starts a proxy to server i's client port, which Close

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,12 +86,47 @@ func StartCluster(spec ClusterSpec) (*Cluster, error) {
 	if spec.StoreDir == nil {
 		return nil, errors.New("proctest: ClusterSpec.StoreDir is required")
 	}
-	c := &Cluster{links: map[[2]int]*Link{}}
-	if err := c.start(spec); err != nil {
-		return nil, errors.Join(err, c.Close())
+	var errs []error
+	for range clusterTries {
+		c := &Cluster{links: map[[2]int]*Link{}}
+		err := c.start(spec)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err, c.Close())
+		if !errors.Is(err, errClusterPortTaken) {
+			break
+		}
 	}
-	return c, nil
+	return nil, errors.Join(errs...)
 }
+
+// clusterTries is how many times StartCluster starts a cluster whose
+// cluster port was taken (errClusterPortTaken), with new ports each time.
+const clusterTries = 3
+
+// errClusterPortTaken is a server that could not listen on the cluster
+// port chosen for it: FreePort lets go of the port it found, and another
+// listener may take it before the server binds it. nats-server says it is
+// ready before it listens for routes, and then exits.
+var errClusterPortTaken = errors.New("proctest: a server's cluster port was taken")
+
+// clusterPortError marks err, a server's failure to start whose output it
+// holds, as errClusterPortTaken when the server could not listen on its
+// cluster port.
+func clusterPortError(err error) error {
+	if strings.Contains(err.Error(), routeListenFailed) {
+		return fmt.Errorf("%w: %w", errClusterPortTaken, err)
+	}
+	return err
+}
+
+// routeListening is the line nats-server logs once it listens for routes;
+// routeListenFailed, the line before it exits when it cannot.
+var (
+	routeListening    = regexp.MustCompile(`Listening for route connections on`)
+	routeListenFailed = "Error listening on router port"
+)
 
 func (c *Cluster) start(spec ClusterSpec) error {
 	listen := make([]string, spec.N) // host:port of each cluster listener
@@ -162,9 +198,14 @@ func (c *Cluster) start(spec ClusterSpec) error {
 		s, err := StartServer(ServerSpec{Name: fmt.Sprintf("nats-server s%d", i), Path: spec.Path, Args: args,
 			Keep: spec.Keep, OwnGroup: spec.OwnGroup})
 		if err != nil {
-			return err
+			return clusterPortError(err)
 		}
 		c.Servers = append(c.Servers, s)
+	}
+	for i, s := range c.Servers {
+		if _, err := s.AwaitOutput(routeListening, StartTimeout); err != nil {
+			return clusterPortError(fmt.Errorf("proctest: s%d does not listen for routes: %w", i, err))
+		}
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package proctest
 
 import (
+	"errors"
+	"net"
 	"regexp"
 	"testing"
 	"time"
@@ -76,4 +78,26 @@ func TestClusterConfigClosesAStalledRoute(t *testing.T) {
 	require.NoError(t, c.AwaitRoutePeers(1, []string{"s2"}, byConfig), "s1 closed its stalled route to s0")
 	c.Route(0, 1).Heal()
 	awaitPeers(t, c, 0, "s1", "s2")
+}
+
+// A server that cannot listen on its cluster port exits after it says it
+// is ready: StartCluster does not take it for started, and tries again,
+// with new ports, before it gives up.
+func TestStartClusterTriesAgainWhenAClusterPortIsTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	taken := l.Addr().String()
+	tries := 0
+	_, err = StartCluster(ClusterSpec{Path: natsServer, N: 2, StoreDir: func(int) string { return t.TempDir() },
+		Args: func(i int) []string {
+			if i == 0 {
+				return nil
+			}
+			tries++
+			return []string{"--cluster", "nats://" + taken} // wins over the port StartCluster chose
+		}})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, errClusterPortTaken), "not taken for a taken port: %.400s", err)
+	assert.Equal(t, clusterTries, tries, "a try with new ports each time")
 }

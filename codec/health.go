@@ -234,12 +234,10 @@ func (d *Decoder) seenMessage(s []byte) (string, bool) {
 	return m, ok
 }
 
-// intern returns s as a string, the same string as for an equal message
-// read before, so that a node that repeats its errors costs no allocation.
+// intern keeps s, a valid message that seenMessage did not find, and
+// returns it as a string: the string the next equal message reuses, so
+// that a node that repeats its errors costs no allocation.
 func (d *Decoder) intern(s []byte) string {
-	if m, ok := d.seenMessage(s); ok {
-		return m
-	}
 	if d.messages == nil || len(d.messages) >= maxInterned {
 		d.messages = make(map[string]string)
 	}

@@ -3,8 +3,6 @@ package state
 import (
 	"errors"
 	"fmt"
-
-	"github.com/flowstate-io/flowstate/flowstate"
 )
 
 // Limits bound what the state holds, so that no client can grow it without
@@ -60,14 +58,13 @@ func (e *CapacityError) Error() string {
 // Unwrap returns ErrCapacity.
 func (e *CapacityError) Unwrap() error { return ErrCapacity }
 
-// checkErrorBytes refuses a report whose errors would take the state's
-// error bytes, total, past max: old are the bytes of the report it
-// replaces. A report that does not add any passes.
-func checkErrorBytes(total, old int, h *flowstate.Health, max int) error {
-	if max <= 0 || h == nil {
+// checkErrorBytes refuses a report whose errors, add bytes, would take
+// the state's error bytes, total, past max: old are the bytes of the
+// report it replaces. A report that does not add any passes.
+func checkErrorBytes(total, old, add, max int) error {
+	if max <= 0 {
 		return nil
 	}
-	add := h.ErrorBytes()
 	if add <= old || total-old+add <= max {
 		return nil
 	}

@@ -129,12 +129,12 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if meta == nil {
 		meta = &nodeMeta{}
 	}
-	oldErrors := meta.health.ErrorBytes()
-	if err := checkErrorBytes(m.errorBytes, oldErrors, keepHealthOf(&rep), m.opts.Limits.MaxErrorBytes); err != nil {
+	oldErrors, newErrors := meta.health.ErrorBytes(), keepHealthOf(&rep).ErrorBytes()
+	if err := checkErrorBytes(m.errorBytes, oldErrors, newErrors, m.opts.Limits.MaxErrorBytes); err != nil {
 		return MergeResult{}, err
 	}
 	kept := meta.spare().keep(rep.Health)
-	m.errorBytes += kept.ErrorBytes() - oldErrors
+	m.errorBytes += newErrors - oldErrors
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	n.meta = meta

@@ -237,11 +237,7 @@ func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
 // not send it again (a second copy) nor judge it stale against its own
 // copy (409 for a report the state holds).
 func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
-	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
-	first := submitReport(t, w.mgr, numbered(1, 100, 1, 1))
-	_, err := outcome(t, first)
-	require.NoError(t, err)
+	mem, w, _ := followFirstReport(t)
 
 	mem.RefuseStoredWrites(flowstate.NodeKey(1), 1)
 	second := submitReport(t, w.mgr, numbered(1, 100, 2, 2))
@@ -263,21 +259,29 @@ func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
 // which the store refused: that write is not this report's copy, and the
 // report is stale against it (409), not acked at its revision.
 func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.T) {
-	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
-	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
-	first := submitReport(t, w.mgr, numbered(1, 100, 1, 1))
-	res, err := outcome(t, first)
-	require.NoError(t, err)
+	mem, w, res := followFirstReport(t)
 
 	mem.StallWatches()
 	other := numbered(1, 100, 2, 99)
 	storeAsAnotherWorker(t, mem, other, res.Revision)
 	second := submitReport(t, w.mgr, numbered(1, 100, 2, 2))
 	mem.ResumeWatches()
-	_, err = outcome(t, second)
+	_, err := outcome(t, second)
 	require.ErrorIs(t, err, state.ErrStale, "the node holds another report under the same numbers")
 	got, _ := w.synced(t)
 	assert.Equal(t, int64(99), got.LastExecTimeMap[1])
+}
+
+// followFirstReport starts a worker on a store of its own and has it ack
+// node 1's report 1 of process 100; it returns the store, the worker and
+// the report's answer.
+func followFirstReport(t *testing.T) (*kv.SharedMemory, *worker, state.MergeResult) {
+	t.Helper()
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
+	res, err := outcome(t, submitReport(t, w.mgr, numbered(1, 100, 1, 1)))
+	require.NoError(t, err)
+	return mem, w, res
 }
 
 // queueBlocker stalls mem's watches and queues at w a write of node 2

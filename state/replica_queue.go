@@ -168,7 +168,7 @@ func (r *Replica) admitLocked(rep *Report) error {
 	if err := r.heldLocked(nodeID).stale(nodeID, rep); err != nil {
 		return err
 	}
-	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), keepHealthOf(rep), r.opts.Limits.MaxErrorBytes); err != nil {
+	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), keepHealthOf(rep).ErrorBytes(), r.opts.Limits.MaxErrorBytes); err != nil {
 		return err
 	}
 	if err := r.watch.agg.checkNode(r.watch.agg.nodes[nodeID], flows, healthFlows(keepHealthOf(rep)), r.writes.limitsLocked(r.opts.Limits)); err != nil {

@@ -259,7 +259,7 @@ func (a *Aggregate) replace(n *aggNode, incoming []flowstate.Flow) bool {
 			i++
 		case i < len(old) && old[i].ID == f.ID:
 			e, s := n.aggs[i], n.slots[i]
-			if old[i] != f && e.set(s, f) {
+			if old[i] != f && e.set(s, &f) {
 				a.record(e)
 				changed = true
 			}
@@ -333,7 +333,14 @@ func (a *Aggregate) leave(e *aggFlow, slot int32) bool {
 // canonical returns f with its absent fields zero, so that equal flows
 // compare equal.
 func canonical(f flowstate.Flow) flowstate.Flow {
-	f.Has &= flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime
+	const all = flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime
+	if f.Has == all {
+		// A flow with every field, as a flood's are, is copied whole: the
+		// byte store of Has below, read back as part of a wider load, costs
+		// a stalled store-to-load forward on every flow of every report.
+		return f
+	}
+	f.Has &= all
 	if f.Has&flowstate.HasStateSize == 0 {
 		f.StateSize = 0
 	}

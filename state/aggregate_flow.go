@@ -31,12 +31,14 @@ func (e *aggFlow) add(n *aggNode, f flowstate.Flow) int32 {
 	return slot
 }
 
-// set replaces the contribution at slot with f and reports whether the
-// entry changed.
-func (e *aggFlow) set(slot int32, f flowstate.Flow) bool {
+// set replaces the contribution at slot with *f and reports whether the
+// entry changed. f is a pointer: a Flow passed in registers is spilled
+// field by field and read back whole, a stalled store-to-load forward on
+// every flow of every report.
+func (e *aggFlow) set(slot int32, f *flowstate.Flow) bool {
 	c := &e.contribs[slot]
 	old := c.flow
-	c.flow = f
+	c.flow = *f
 	if e.large {
 		for k := range numFields {
 			had, has := old.Has&fieldBits[k] != 0, f.Has&fieldBits[k] != 0
@@ -44,7 +46,7 @@ func (e *aggFlow) set(slot int32, f flowstate.Flow) bool {
 			case had && has:
 				// Most values repeat from one report to the next (a start
 				// time, often a state size): leave the heap alone then.
-				switch cmpField(&f, &old, k) {
+				switch cmpField(f, &old, k) {
 				case 1:
 					e.up(k, c.pos[k])
 				case -1:

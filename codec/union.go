@@ -84,21 +84,16 @@ func merge(dst, a []flowstate.Flow, b []entry, bit flowstate.Fields) []flowstate
 	return appendEntries(append(dst, a[i:]...), b[j:], bit)
 }
 
-// appendEntries appends b, entries of the map bit, to dst as flows.
+// appendEntries appends b, entries of the map bit, to dst as flows. Each
+// flow is written field by field where it lies: a Flow built aside is
+// written with narrow stores and copied with wide loads, which stall.
 func appendEntries(dst []flowstate.Flow, b []entry, bit flowstate.Fields) []flowstate.Flow {
-	switch bit {
-	case flowstate.HasStateSize:
-		for _, e := range b {
-			dst = append(dst, flowstate.Flow{ID: flowstate.FlowID(e.id), Has: bit, StateSize: e.val})
-		}
-	case flowstate.HasLastExecTime:
-		for _, e := range b {
-			dst = append(dst, flowstate.Flow{ID: flowstate.FlowID(e.id), Has: bit, LastExecTime: int64(e.val)})
-		}
-	default:
-		for _, e := range b {
-			dst = append(dst, flowstate.Flow{ID: flowstate.FlowID(e.id), Has: bit, StartTime: int64(e.val)})
-		}
+	n := len(dst)
+	dst = slices.Grow(dst, len(b))[:n+len(b)]
+	for k, e := range b {
+		f := &dst[n+k]
+		f.ID, f.Has, f.StateSize, f.LastExecTime, f.StartTime = flowstate.FlowID(e.id), 0, 0, 0, 0
+		set(f, e.val, bit)
 	}
 	return dst
 }

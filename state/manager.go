@@ -73,6 +73,9 @@ type nodeMeta struct {
 	// buffers have grown. A reader copies health under the lock.
 	health *flowstate.Health
 	bufs   [2]healthBuf
+	// errorBytes is health's bytes of error messages: counted once, when
+	// the report is taken, not again from cold memory at the next one.
+	errorBytes int
 }
 
 // spare returns the buffer that health is not in.
@@ -129,7 +132,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if meta == nil {
 		meta = &nodeMeta{}
 	}
-	oldErrors, newErrors := meta.health.ErrorBytes(), keepHealthOf(&rep).ErrorBytes()
+	oldErrors, newErrors := meta.errorBytes, keepHealthOf(&rep).ErrorBytes()
 	if err := checkErrorBytes(m.errorBytes, oldErrors, newErrors, m.opts.Limits.MaxErrorBytes); err != nil {
 		return MergeResult{}, err
 	}
@@ -138,7 +141,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	n.meta = meta
-	meta.lineage, meta.health = next, kept
+	meta.lineage, meta.health, meta.errorBytes = next, kept, newErrors
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.
@@ -233,7 +236,7 @@ func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, Me
 		if !n.meta.seen.Before(cutoff) {
 			continue
 		}
-		m.errorBytes -= n.meta.health.ErrorBytes()
+		m.errorBytes -= n.meta.errorBytes
 		if m.agg.Remove(id) {
 			res.Changed = true
 		}

@@ -3,6 +3,7 @@ package state_test
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -88,4 +89,43 @@ func TestMergeWithHealthDoesNotAllocateInSteadyState(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Zero(t, allocs, "allocations per Merge")
+}
+
+// TestManagerCountsErrorBytesAcrossReportsAndEvictions: the error bytes a
+// Manager holds follow each node's latest report, a report without health
+// and an eviction included, and a report past MaxErrorBytes is judged by
+// what the node's last report held, not by its first.
+func TestManagerCountsErrorBytesAcrossReportsAndEvictions(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	m := newManager(t, state.Options{Now: c.now, Limits: state.Limits{MaxErrorBytes: 100}})
+	msg := func(round int) int { return len("failed in round " + strconv.Itoa(round)) }
+	mergeReport := func(rep state.Report) error {
+		_, err := m.Merge(t.Context(), rep)
+		return err
+	}
+
+	require.NoError(t, mergeReport(errorsReport(1, 3, 1)))
+	c.t = c.t.Add(time.Minute)
+	require.NoError(t, mergeReport(errorsReport(2, 2, 10)))
+	assert.Equal(t, 3*msg(1)+2*msg(10), m.ErrorBytes())
+
+	require.NoError(t, mergeReport(errorsReport(1, 1, 100)))
+	assert.Equal(t, msg(100)+2*msg(10), m.ErrorBytes(), "node 1's new report replaces its three errors")
+
+	// 1 + 2 errors of node 1 would hold 55 + 36 > 100 bytes only if node
+	// 1's first report (51 bytes) still counted.
+	require.NoError(t, mergeReport(errorsReport(1, 3, 2)))
+	assert.Equal(t, 3*msg(2)+2*msg(10), m.ErrorBytes())
+	var limit *state.CapacityError
+	require.ErrorAs(t, mergeReport(errorsReport(1, 4, 3)), &limit, "4 errors of node 1 and node 2's 2 are past 100 bytes")
+	assert.Equal(t, 3*msg(2)+2*msg(10), m.ErrorBytes(), "a refused report changes nothing")
+
+	c.t = c.t.Add(time.Minute)
+	require.NoError(t, mergeReport(state.Report{Node: 2, Flows: lastExecOf(2, 1).Flows()}))
+	assert.Equal(t, 3*msg(2), m.ErrorBytes(), "a report without health holds no error")
+
+	evicted, _, err := m.EvictSilent(t.Context(), c.t.Add(-30*time.Second))
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{1}, evicted, "node 2 reported last")
+	assert.Equal(t, 0, m.ErrorBytes(), "node 1's errors left with it")
 }

@@ -222,7 +222,9 @@ func joinLines(lines []string) string {
 }
 
 // TestChaosReplayCheck checks a history that a run dumped (CHAOS_DUMP=path
-// writes path-<run>.json); CHAOS_REPLAY names the file.
+// writes path-<run>.json; a failed run writes history.json, with the
+// check's other inputs in check.json beside it); CHAOS_REPLAY names the
+// file.
 func TestChaosReplayCheck(t *testing.T) {
 	path := os.Getenv("CHAOS_REPLAY")
 	if path == "" {
@@ -250,7 +252,9 @@ func TestChaosReplayCheck(t *testing.T) {
 	for _, p := range append(olderShown(fresh), staleAnswers(ops)...) {
 		t.Log(p)
 	}
-	v := check(fresh, nil, nil, replayLag, replayTimeout())
+	inputs, err := loadCheckInputs(path)
+	require.NoError(t, err)
+	v := check(fresh, inputs.Opens, inputs.Forgets, replayLag, replayTimeout())
 	t.Logf("%d operations, %d partitions, %v in %v; first:\n%s", v.ops, v.partitions, resultWord(v.result), v.took, joinLines(v.first))
 }
 

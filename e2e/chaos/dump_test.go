@@ -3,6 +3,7 @@ package chaos
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 )
 
 // dumpOp is op in a form encoding/json writes, for replaying a check.
@@ -58,4 +59,38 @@ func loadHistory(path string) ([]op, error) {
 			out: output{status: d.Status, code: d.Code, epoch: d.Epoch, rev: d.Rev, agg: d.Agg, marks: marks, alien: d.Alien}, call: d.Call, ret: d.Ret}
 	}
 	return ops, nil
+}
+
+// checkInputs is what a check takes besides the history (check): the start
+// of each memory worker instance's epoch and when every store was rolled
+// back, written beside a dumped history so that a replay checks kept
+// epochs as the run did.
+type checkInputs struct {
+	Opens   map[string]int64 `json:",omitempty"`
+	Forgets []int64          `json:",omitempty"`
+}
+
+// checkInputsFile is the name of the checkInputs beside a history.
+const checkInputsFile = "check.json"
+
+func dumpCheckInputs(path string, in checkInputs) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// loadCheckInputs reads the checkInputs beside the history at path; none
+// (a history dumped without them) is no error.
+func loadCheckInputs(history string) (checkInputs, error) {
+	var in checkInputs
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(history), checkInputsFile))
+	if os.IsNotExist(err) {
+		return in, nil
+	}
+	if err != nil {
+		return in, err
+	}
+	return in, json.Unmarshal(b, &in)
 }

@@ -219,6 +219,9 @@ func (r *runResult) report(t *testing.T, cfg runConfig, s *system, nem *nemesis,
 	if err := dumpHistory(filepath.Join(r.dir, "history.json"), h.snapshot()); err != nil {
 		t.Errorf("chaos: %v", err)
 	}
+	if err := dumpCheckInputs(filepath.Join(r.dir, checkInputsFile), checkInputs{Opens: s.opens(), Forgets: forgotAt(evs)}); err != nil {
+		t.Errorf("chaos: %v", err)
+	}
 	if v.model.Step != nil {
 		v.info.AddAnnotations(annotations(evs))
 		if err := porcupine.VisualizePath(v.model, v.info, filepath.Join(r.dir, "history.html")); err != nil {

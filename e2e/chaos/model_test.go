@@ -13,16 +13,27 @@ import (
 )
 
 // state is the model's state in one epoch: every node's last applied
-// report, and the revision. seen is the highest revision a get has shown,
-// and nodeRev the revision of each node's report if it was acked (0 for
-// one of unknown outcome): a report of unknown outcome past its deadline
-// may show only if no get and no acked report of its node have passed its
-// bound (pendingOp).
+// report with the marker a get shows of it, and the revision. seen is the
+// highest revision a get has shown, and nodeRev the revision of each
+// node's report if it was acked (0 for one of unknown outcome): a report
+// of unknown outcome past its deadline may show only if no get and no
+// acked report of its node have passed its bound (pendingOp).
 type state struct {
 	nodes   [nNodes]report
+	marks   [nNodes]mark
 	rev     uint64
 	seen    uint64
 	nodeRev [nNodes]uint64
+}
+
+// markOf is the marker a get shows of a report numbered nodeEpoch and seq
+// (markerFlow): none for an unnumbered report or one that names no flow of
+// the model.
+func markOf(r *report, nodeEpoch, seq uint64) mark {
+	if seq == 0 || *r == (report{}) {
+		return mark{}
+	}
+	return mark{nodeEpoch, seq}
 }
 
 // aggregate is the per-flow, per-field max over the nodes' reports.
@@ -60,6 +71,7 @@ type pendingOp struct {
 	rev      uint64 // acked at this revision
 	node     int
 	report   report
+	mark     mark // what a get shows of it (markOf)
 	call     int64
 	deadline int64
 	// A report of unknown outcome that took effect did so before its
@@ -116,7 +128,7 @@ func (m *model) step(st, in, out any) []any {
 		return nil
 	default:
 		if i.node < nNodes { // else a ballast node's, outside the model
-			s.nodes[i.node], s.nodeRev[i.node] = i.report, o.rev
+			s.nodes[i.node], s.marks[i.node], s.nodeRev[i.node] = i.report, markOf(&i.report, i.nodeEpoch, i.seq), o.rev
 		}
 		s.rev = o.rev
 		return []any{s}
@@ -302,7 +314,7 @@ func (m *model) get(s state, i input, o output) []any {
 			break
 		}
 	}
-	if aggregate(&s.nodes) == o.agg && (o.rev == s.rev || anyLive) {
+	if aggregate(&s.nodes) == o.agg && s.marks == o.marks && (o.rev == s.rev || anyLive) {
 		s.rev, s.seen = o.rev, o.rev
 		return []any{s}
 	}
@@ -310,9 +322,10 @@ func (m *model) get(s state, i input, o output) []any {
 		return nil
 	}
 	// Per node, what it may hold: its report (-1) or one in flight (the
-	// latest first), within the aggregate; of those that reach the same
-	// fields of the aggregate, the first. The nodes together must reach
-	// every field.
+	// latest first), within the aggregate and with the marker the get shows
+	// of the node (which names the very report when it is numbered); of
+	// those that reach the same fields of the aggregate, the first. The
+	// nodes together must reach every field.
 	var need uint16
 	for f := range nFlows {
 		for k := range 3 {
@@ -326,8 +339,8 @@ func (m *model) get(s state, i input, o output) []any {
 		hits uint16
 	}
 	var opts [nNodes][]option
-	add := func(n, j int, r *report) {
-		if !covered(r, &o.agg) {
+	add := func(n, j int, r *report, mk mark) {
+		if mk != o.marks[n] || !covered(r, &o.agg) {
 			return
 		}
 		h := hits(r, &o.agg)
@@ -339,7 +352,7 @@ func (m *model) get(s state, i input, o output) []any {
 		opts[n] = append(opts[n], option{j, h})
 	}
 	for n := range nNodes {
-		add(n, -1, &s.nodes[n])
+		add(n, -1, &s.nodes[n], s.marks[n])
 	}
 	for j := len(flight) - 1; j >= 0; j-- {
 		p := &flight[j]
@@ -351,7 +364,7 @@ func (m *model) get(s state, i input, o output) []any {
 			p.kept && s.nodeRev[p.node] > 0 {
 			continue
 		}
-		add(p.node, j, &p.report)
+		add(p.node, j, &p.report, p.mark)
 	}
 	var reach [nNodes + 1]uint16
 	for n := nNodes - 1; n >= 0; n-- {
@@ -371,7 +384,7 @@ func (m *model) get(s state, i input, o output) []any {
 			next, used := s, false
 			for n, j := range choice {
 				if j >= 0 {
-					next.nodes[n], next.nodeRev[n], used = flight[j].report, 0, true
+					next.nodes[n], next.marks[n], next.nodeRev[n], used = flight[j].report, flight[j].mark, 0, true
 				}
 			}
 			if used {
@@ -494,10 +507,12 @@ func operations(ops []op, lag int64) ([]porcupine.Operation, []pendingOp) {
 			o.in.ret = o.ret
 			h = append(h, porcupine.Operation{ClientId: o.client, Input: o.in, Call: o.call, Output: o.out, Return: o.ret})
 			if o.in.kind == opReport {
-				table = append(table, pendingOp{epoch: o.out.epoch, rev: o.out.rev, node: o.in.node, report: o.in.report, call: o.call, deadline: o.call + lag})
+				table = append(table, pendingOp{epoch: o.out.epoch, rev: o.out.rev, node: o.in.node, report: o.in.report,
+					mark: markOf(&o.in.report, o.in.nodeEpoch, o.in.seq), call: o.call, deadline: o.call + lag})
 			}
 		case o.out.status == stUnknown && o.in.kind == opReport:
-			table = append(table, pendingOp{node: o.in.node, report: o.in.report, call: o.call, deadline: max(o.call+lag, after(o.ret))})
+			table = append(table, pendingOp{node: o.in.node, report: o.in.report, mark: markOf(&o.in.report, o.in.nodeEpoch, o.in.seq),
+				call: o.call, deadline: max(o.call+lag, after(o.ret))})
 		}
 	}
 	slices.SortFunc(table, func(a, b pendingOp) int { return cmp.Compare(a.call, b.call) })

@@ -109,20 +109,60 @@ func TestModelStaleReportIsNotApplied(t *testing.T) {
 	r, later := report{{5, 6, 7}}, report{{8, 8, 8}}
 	stale := op{client: 1, in: input{kind: opReport, node: 0, report: r, nodeEpoch: testNodeEpoch, seq: 1}, out: output{status: stStale, code: "409"}, call: 10, ret: 40}
 	overtook := op{client: 2, in: input{kind: opReport, node: 0, report: later, nodeEpoch: testNodeEpoch, seq: 2}, out: output{status: stOK, epoch: "e", rev: 1}, call: 20, ret: 30}
-	get := func(agg report, rev uint64) op {
-		return op{client: 3, in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: rev, agg: agg}, call: 50, ret: 60}
-	}
+	get := func(agg report, rev uint64, seq uint64) op { return numberedGet(agg, rev, seq, 50) }
 	for _, c := range []struct {
 		name string
 		ops  []op
 		want porcupine.CheckResult
 	}{
-		{"overtaken, the later one held", []op{overtook, stale, get(later, 1)}, porcupine.Ok},
-		{"overtaken, yet shown", []op{overtook, stale, get(r, 2)}, porcupine.Illegal},
-		{"409 and not shown", []op{stale, get(report{}, 0)}, porcupine.Ok},
-		{"409 and shown", []op{stale, get(r, 1)}, porcupine.Illegal},
+		{"overtaken, the later one held", []op{overtook, stale, get(later, 1, 2)}, porcupine.Ok},
+		{"overtaken, yet shown", []op{overtook, stale, get(r, 2, 1)}, porcupine.Illegal},
+		{"409 and not shown", []op{stale, get(report{}, 0, 0)}, porcupine.Ok},
+		{"409 and shown", []op{stale, get(r, 1, 1)}, porcupine.Illegal},
 	} {
 		v := check(c.ops, nil, nil, lag, 10*time.Second)
 		assert.Equal(t, c.want, v.result, c.name)
 	}
+}
+
+// A get's markers name the numbered report of each node that it shows, so
+// the model applies that one of a node's reports in flight, not another
+// that fits the aggregate as well: a later get that needs its values finds
+// it held, though it may no longer take effect then. A marker the state
+// cannot hold is a violation, even with the aggregate right.
+func TestModelAGetsMarkerNamesTheReportItShows(t *testing.T) {
+	late := 10 + int64(lag) + int64(time.Second) // past both reports' deadline
+	big, shown, other := report{{9, 9, 9}}, report{{1, 2, 3}}, report{{1, 1, 1}}
+	numbered := func(r report, seq uint64, call int64) op {
+		return op{client: int(seq), in: input{kind: opReport, node: 0, report: r, nodeEpoch: testNodeEpoch, seq: seq},
+			out: output{status: stUnknown, code: "503"}, call: call, ret: call + 10}
+	}
+	first, second := numbered(shown, 1, 10), numbered(other, 2, 12)
+	ackBig := op{client: 5, in: input{kind: opReport, node: 1, report: big}, out: output{status: stOK, epoch: "e", rev: 3}, call: 25, ret: 30}
+	ackNone := op{client: 5, in: input{kind: opReport, node: 1}, out: output{status: stOK, epoch: "e", rev: 6}, call: late + 20, ret: late + 30}
+	get := numberedGet
+	for _, c := range []struct {
+		name string
+		ops  []op
+		want porcupine.CheckResult
+	}{
+		{"the first shown, then needed", []op{first, second, ackBig, get(big, 5, 1, late), ackNone, get(shown, 6, 1, late+40)}, porcupine.Ok},
+		{"the second shown, then the first needed", []op{first, second, ackBig, get(big, 5, 2, late), ackNone, get(shown, 6, 1, late+40)}, porcupine.Illegal},
+		{"a marker no report carries", []op{first, second, ackBig, get(big, 5, 7, late)}, porcupine.Illegal},
+	} {
+		v := check(c.ops, nil, nil, lag, 10*time.Second)
+		assert.Equal(t, c.want, v.result, c.name)
+	}
+}
+
+// numberedGet is a get invoked at at that shows the aggregate agg at
+// revision rev of epoch "e", with the marker of node 0's report numbered
+// testNodeEpoch and seq (markerFlow; none for seq 0), as a get of a
+// numbered report shows it.
+func numberedGet(agg report, rev, seq uint64, at int64) op {
+	o := op{client: 3, in: input{kind: opGet}, out: output{status: stOK, epoch: "e", rev: rev, agg: agg}, call: at, ret: at + 10}
+	if seq != 0 {
+		o.out.marks[0] = mark{testNodeEpoch, seq}
+	}
+	return o
 }

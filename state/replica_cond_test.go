@@ -277,9 +277,15 @@ func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.
 // the report's answer.
 func followFirstReport(t *testing.T) (*kv.SharedMemory, *worker, state.MergeResult) {
 	t.Helper()
+	return followFirstReportOf(t, 100)
+}
+
+// followFirstReportOf is followFirstReport with node 1's process epoch.
+func followFirstReportOf(t *testing.T, epoch uint64) (*kv.SharedMemory, *worker, state.MergeResult) {
+	t.Helper()
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{ApplyTimeout: time.Minute})
-	res, err := outcome(t, submitReport(t, w.mgr, numbered(1, 100, 1, 1)))
+	res, err := outcome(t, submitReport(t, w.mgr, numbered(1, epoch, 1, 1)))
 	require.NoError(t, err)
 	return mem, w, res
 }
@@ -304,4 +310,40 @@ func storeAsAnotherWorker(t *testing.T, mem *kv.SharedMemory, rep state.Report, 
 	_, err := mem.PutIf(t.Context(), key, flowstate.AppendNodeJSON(nil, rep.Flows, rep.NodeEpoch, rep.HasNodeEpoch, rep.Health),
 		kv.Condition{Key: key, Revision: cond})
 	require.NoError(t, err, msgAndArgs...)
+}
+
+// TestReplicaWriteChainedBehindAnOvertakenOneRetiresWhatItDoes: worker a's
+// write of node 1's first report of process 292 is refused (another
+// worker wrote the node's report of process 291, which a's stalled watch
+// has not applied) and waits, overtaken; a's next report of process 292
+// is chained behind it. Once a's watch passes the write that beat it, the
+// first is judged again and stored retiring 290 and 291; the second,
+// stored after it, must retire them too, so that a late report of process
+// 291 is stale for a and for a worker that reads the store afresh.
+func TestReplicaWriteChainedBehindAnOvertakenOneRetiresWhatItDoes(t *testing.T) {
+	mem, a, first := followFirstReportOf(t, 290)
+	mem.StallWatches()
+	other := numbered(1, 291, 1, 2)
+	other.Health.RetiredEpochs = []uint64{290}
+	storeAsAnotherWorker(t, mem, other, first.Revision)
+
+	overtaken := submitReport(t, a.mgr, numbered(1, 292, 1, 3))
+	_, err := mem.LastRevision(t.Context()) // passes a's put: refused, it waits for the watch
+	require.NoError(t, err)
+	chained := submitReport(t, a.mgr, numbered(1, 292, 2, 4))
+	assert.False(t, answered(overtaken), "an overtaken report waits for the watch")
+	mem.ResumeWatches()
+	_, err = outcome(t, overtaken)
+	require.NoError(t, err)
+	_, err = outcome(t, chained)
+	require.NoError(t, err)
+
+	late := numbered(1, 291, 2, 5)
+	_, err = outcome(t, submitReport(t, a.mgr, late))
+	require.ErrorIs(t, err, state.ErrStale, "process 291 was retired by process 292's reports")
+	fresh := follow(t, mem, state.ReplicaOptions{ID: "fresh"})
+	_, err = outcome(t, submitReport(t, fresh.mgr, late))
+	require.ErrorIs(t, err, state.ErrStale, "the node's stored report retires process 291")
+	got, _ := a.synced(t)
+	assert.Equal(t, int64(4), got.LastExecTimeMap[1], "process 292's second report is the node's")
 }

@@ -237,14 +237,20 @@ func (r *Replica) nextLocked(e *write) (*write, uint64) {
 	}
 	cond := r.watch.keys[next.node]
 	landed := e.err == nil && e.seq != 0 && e.epoch == r.watch.epoch
+	// next replaces e as e was stored: e may have been judged again since
+	// next was queued behind it (overtaken, then sent after the write that
+	// beat it), and next's lineage follows from what e became, or the
+	// node's stored report would forget the node_epochs e retired. If e
+	// did not land, or the watch has applied a write of the node stored
+	// after e (another worker's), next replaces the report the watch
+	// applied. Against either it may be stale.
+	held := &e.lineage
 	if !landed || cond > e.seq {
-		// e did not land, or the watch has applied a write of the node
-		// stored after e (another worker's): next replaces the report the
-		// watch applied, against which it may be stale.
-		if err := next.judgeLocked(r.watchedLocked(next.node)); err != nil {
-			next.refuse(err)
-			return nil, 0
-		}
+		held = r.watchedLocked(next.node)
+	}
+	if err := next.judgeLocked(held); err != nil {
+		next.refuse(err)
+		return nil, 0
 	}
 	if landed {
 		cond = max(cond, e.seq)

@@ -135,3 +135,25 @@ func (s *SharedMemory) ReleasePuts(ctx context.Context) {
 		}
 	}
 }
+
+// ForgetAfter makes the store forget every write after seq, as a bucket
+// whose servers were restored from an older copy of their stores does,
+// without starting a new epoch: the keys last written after seq are gone
+// (this store keeps no older value of a key) and sequence numbers go on
+// from seq. A watch past seq sees nothing until the sequence passes where
+// it was, as a bucket's consumer does.
+func (s *SharedMemory) ForgetAfter(seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq >= s.seq {
+		return
+	}
+	for key, e := range s.entries {
+		if e.seq > seq {
+			delete(s.entries, key)
+		}
+	}
+	s.order = slices.DeleteFunc(s.order, func(w sharedWrite) bool { return w.seq > seq })
+	s.seq = seq
+	s.notifyLocked()
+}

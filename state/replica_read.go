@@ -104,6 +104,18 @@ func (r *Replica) Sync(ctx context.Context) error {
 		// state of the old epoch may differ from another worker's.
 		return fmt.Errorf("state: sync: the store is in epoch %s, the state still in %s: %w", last.Epoch, epoch, kv.ErrUnavailable)
 	}
+	r.mu.Lock()
+	served := r.served.revision
+	r.mu.Unlock()
+	if last.Seq < served {
+		// A store that holds every write it took numbers the barrier past
+		// each of them: one below the served state forgot writes this
+		// worker applied (servers restored from an older copy of their
+		// stores), and until the watch has noticed, other workers may
+		// already serve what it holds now.
+		return fmt.Errorf("state: sync: the store's last revision %d is below revision %d of the served state: it forgot writes this worker applied: %w",
+			last.Seq, served, kv.ErrUnavailable)
+	}
 	return r.await(ctx, func() bool { return r.servesLocked(last.Seq) })
 }
 

@@ -421,6 +421,26 @@ func TestReplicaPublisherEvictsSilentNodesForEveryone(t *testing.T) {
 	})
 }
 
+// TestReplicaBarrierRefusesAStoreThatForgotWhatItServes: a store that
+// forgot the writes past an older revision, in the same epoch (servers
+// restored from an older copy of their stores), while this replica's watch
+// has not noticed, must not let a read barrier pass on the state it
+// serves: other workers already serve what the store holds now.
+func TestReplicaBarrierRefusesAStoreThatForgotWhatItServes(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	w := follow(t, mem, state.ReplicaOptions{})
+	kept := fmerge(t, w.mgr, 1, value(nil, map[flowstate.FlowID]int64{1: 10}, nil))
+	fmerge(t, w.mgr, 2, value(nil, map[flowstate.FlowID]int64{2: 20}, nil))
+	_, before := w.synced(t)
+
+	mem.StallWatches()
+	mem.ForgetAfter(kept.Revision)
+	err := w.mgr.Sync(t.Context())
+	require.ErrorIs(t, err, kv.ErrUnavailable, "the store no longer holds revision %d", before.Revision)
+	_, still := fget(t, w.mgr)
+	assert.Equal(t, before, still, "the replica has not noticed")
+}
+
 // TestReplicaBarrierRefusesAWipedEpochUntilTheWatchSaysSo: a store cleared
 // while this replica's watch has not delivered the clear yet must not let a
 // read barrier pass on the old epoch's state (after a purge, the workers'

@@ -90,7 +90,7 @@ func (r *Replica) Sync(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", errNotReady, err)
 	}
 	r.mu.Lock()
-	epoch, behind, delivered := r.watch.epoch, r.writes.behind, r.watch.delivered
+	epoch, behind, delivered, served := r.watch.epoch, r.writes.behind, r.watch.delivered, r.served.revision
 	r.mu.Unlock()
 	if behind > delivered {
 		return fmt.Errorf("state: the store's watch has not reached revision %d yet: %w", behind, kv.ErrUnavailable)
@@ -104,15 +104,13 @@ func (r *Replica) Sync(ctx context.Context) error {
 		// state of the old epoch may differ from another worker's.
 		return fmt.Errorf("state: sync: the store is in epoch %s, the state still in %s: %w", last.Epoch, epoch, kv.ErrUnavailable)
 	}
-	r.mu.Lock()
-	served := r.served.revision
-	r.mu.Unlock()
 	if last.Seq < served {
 		// A store that holds every write it took numbers the barrier past
-		// each of them: one below the served state forgot writes this
-		// worker applied (servers restored from an older copy of their
-		// stores), and until the watch has noticed, other workers may
-		// already serve what it holds now.
+		// each of them, so past the state served before it was asked: one
+		// below that state forgot writes this worker applied (servers
+		// restored from an older copy of their stores), and until the
+		// watch has noticed, other workers may already serve what it
+		// holds now.
 		return fmt.Errorf("state: sync: the store's last revision %d is below revision %d of the served state: it forgot writes this worker applied: %w",
 			last.Seq, served, kv.ErrUnavailable)
 	}

@@ -122,7 +122,8 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if err := held.stale(nodeID, &rep); err != nil {
 		return MergeResult{}, err
 	}
-	if err := m.agg.checkNode(n, flows, healthFlows(keepHealthOf(&rep)), m.opts.Limits); err != nil {
+	health := keepHealthOf(&rep)
+	if err := m.agg.checkNode(n, flows, healthFlows(health), m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
 	var meta *nodeMeta
@@ -132,7 +133,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if meta == nil {
 		meta = &nodeMeta{}
 	}
-	oldErrors, newErrors := meta.errorBytes, keepHealthOf(&rep).ErrorBytes()
+	oldErrors, newErrors := meta.errorBytes, health.ErrorBytes()
 	if err := checkErrorBytes(m.errorBytes, oldErrors, newErrors, m.opts.Limits.MaxErrorBytes); err != nil {
 		return MergeResult{}, err
 	}

@@ -237,7 +237,7 @@ func TestReplicaJudgesAReportInANewEpochByTheNewEpochsWrite(t *testing.T) {
 // not send it again (a second copy) nor judge it stale against its own
 // copy (409 for a report the state holds).
 func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
-	mem, w, _ := followFirstReport(t)
+	mem, w, _ := followFirstReportOf(t, 100)
 
 	mem.RefuseStoredWrites(flowstate.NodeKey(1), 1)
 	second := submitReport(t, w.mgr, numbered(1, 100, 2, 2))
@@ -259,7 +259,7 @@ func TestReplicaAReportRefusedButStoredIsAckedAtItsCopy(t *testing.T) {
 // which the store refused: that write is not this report's copy, and the
 // report is stale against it (409), not acked at its revision.
 func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.T) {
-	mem, w, res := followFirstReport(t)
+	mem, w, res := followFirstReportOf(t, 100)
 
 	mem.StallWatches()
 	other := numbered(1, 100, 2, 99)
@@ -272,15 +272,9 @@ func TestReplicaAnotherReportUnderTheSameNumbersIsNotTakenForItsCopy(t *testing.
 	assert.Equal(t, int64(99), got.LastExecTimeMap[1])
 }
 
-// followFirstReport starts a worker on a store of its own and has it ack
-// node 1's report 1 of process 100; it returns the store, the worker and
+// followFirstReportOf starts a worker on a store of its own and has it ack
+// node 1's report 1 of process epoch; it returns the store, the worker and
 // the report's answer.
-func followFirstReport(t *testing.T) (*kv.SharedMemory, *worker, state.MergeResult) {
-	t.Helper()
-	return followFirstReportOf(t, 100)
-}
-
-// followFirstReportOf is followFirstReport with node 1's process epoch.
 func followFirstReportOf(t *testing.T, epoch uint64) (*kv.SharedMemory, *worker, state.MergeResult) {
 	t.Helper()
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})

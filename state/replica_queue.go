@@ -168,10 +168,11 @@ func (r *Replica) admitLocked(rep *Report) error {
 	if err := r.heldLocked(nodeID).stale(nodeID, rep); err != nil {
 		return err
 	}
-	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), keepHealthOf(rep).ErrorBytes(), r.opts.Limits.MaxErrorBytes); err != nil {
+	health := keepHealthOf(rep)
+	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), health.ErrorBytes(), r.opts.Limits.MaxErrorBytes); err != nil {
 		return err
 	}
-	if err := r.watch.agg.checkNode(r.watch.agg.nodes[nodeID], flows, healthFlows(keepHealthOf(rep)), r.writes.limitsLocked(r.opts.Limits)); err != nil {
+	if err := r.watch.agg.checkNode(r.watch.agg.nodes[nodeID], flows, healthFlows(health), r.writes.limitsLocked(r.opts.Limits)); err != nil {
 		return err
 	}
 	return r.writes.checkNewNodeLocked(nodeID, r.opts.Limits.MaxNodes, r.watch.agg)

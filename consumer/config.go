@@ -8,6 +8,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/protocol"
+	"github.com/flowstate-io/flowstate/state"
 )
 
 // Defaults of Config, as PROTOCOL.md's command line sets them.
@@ -27,6 +28,11 @@ const (
 	// for at most this many before it.
 	DefaultEndpointPendingMsgs  = 256
 	DefaultEndpointPendingBytes = 4 << 20
+	// DefaultUnansweredLimit is how long a report may wait for its answer
+	// before the worker is not ready: a shared state answers every report
+	// within its apply timeout (state.DefaultApplyTimeout), and the margin
+	// covers a worker slowed down, not one that stopped answering.
+	DefaultUnansweredLimit = state.DefaultApplyTimeout + 5*time.Second
 )
 
 // The values of Config.StateUpdates (--state-updates).
@@ -74,9 +80,15 @@ type Config struct {
 	// OnApplied, if set, is called with the time each applied report took
 	// (decode, checks, merge), for metrics.
 	OnApplied func(time.Duration)
+	// UnansweredLimit is how long a report taken may wait for its answer:
+	// past it, Ready says why the worker is not ready. It is measured on
+	// Clock, as the shared state's apply timeout is. DefaultUnansweredLimit
+	// if 0.
+	UnansweredLimit time.Duration
 	// Clock is the worker's clock: the publisher's intervals (PublishInterval,
-	// FullInterval) and the eviction's ticks and cutoff (NodeTTL) are
-	// measured on it; clock.Real if nil. Shutdown budgets, log rate limits
+	// FullInterval), the eviction's ticks and cutoff (NodeTTL) and the age of
+	// the reports waiting for their answers are measured on it; clock.Real
+	// if nil. Shutdown budgets, log rate limits
 	// and OnApplied's durations stay on real time.
 	Clock  clock.Clock
 	Logger *slog.Logger // nil: discard
@@ -116,6 +128,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.UnansweredLimit == 0 {
+		c.UnansweredLimit = DefaultUnansweredLimit
 	}
 	return c
 }
@@ -160,7 +175,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"NodeTTL", c.NodeTTL}, {"PublishInterval", c.PublishInterval}, {"FullInterval", c.FullInterval}} {
+	}{{"NodeTTL", c.NodeTTL}, {"PublishInterval", c.PublishInterval}, {"FullInterval", c.FullInterval}, {"UnansweredLimit", c.UnansweredLimit}} {
 		if d.v < 0 {
 			return invalid(d.field, d.v, "must not be negative")
 		}

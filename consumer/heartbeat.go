@@ -26,11 +26,20 @@ func (w *Worker) handleHeartbeat(msg *nats.Msg) {
 	if w.cfg.OnApplied != nil {
 		start = monoNow()
 	}
+	w.waiting.taken(w.cfg.Clock.Now())
 	w.in.take(msg, start)
 }
 
-// answer acknowledges a report applied, or answers why it was not.
+// answer acknowledges a report applied, or answers why it was not. The
+// report stops waiting as its answer is sent: before, so that whoever
+// receives the answer finds it counted (a blocked send stalls the answers
+// after it, whose reports keep ageing).
 func (w *Worker) answer(h *heartbeat, res state.MergeResult, err error) {
+	w.waiting.answered()
+	w.respond(h, res, err)
+}
+
+func (w *Worker) respond(h *heartbeat, res state.MergeResult, err error) {
 	if err != nil {
 		v := w.failReport(h.msg, h.node, h.hasNode, err)
 		w.deadLetter(h.msg, v)

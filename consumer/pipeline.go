@@ -38,6 +38,7 @@ func (in sharedIntake) take(msg *nats.Msg, start time.Time) {
 		// this one is dropped unanswered.
 		*h = heartbeat{}
 		heartbeatPool.Put(h)
+		w.waiting.dropped()
 		w.stats.droppedAtStop.Add(1)
 	}
 }

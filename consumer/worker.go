@@ -75,6 +75,10 @@ type Worker struct {
 	epochs    map[uint64]uint64 // node_epoch of each node's last report, if it sent one
 	epochsGen uint64            // bumped on every change of epochs
 
+	// waiting holds when each report taken and not yet answered was
+	// taken: readiness and the age of the oldest (unanswered.go).
+	waiting unanswered
+
 	stopped  atomic.Bool // Shutdown has run
 	dropping atomic.Bool // Shutdown's apply budget is spent: reports are dropped
 	stats    counters
@@ -222,8 +226,9 @@ func (w *Worker) serviceError(_ micro.Service, err *micro.NATSError) {
 }
 
 // Ready reports why the worker cannot serve, or nil: it must be started
-// and not shut down, its subscription live, its connection up and its state
-// loaded (a shared store's content read).
+// and not shut down, its subscription live, its connection up, its state
+// loaded (a shared store's content read), and no report may have waited
+// for its answer longer than Config.UnansweredLimit.
 func (w *Worker) Ready() error {
 	switch {
 	case w.sub == nil:
@@ -237,7 +242,7 @@ func (w *Worker) Ready() error {
 	case !w.in.loaded():
 		return errors.New("state not loaded from the store yet")
 	}
-	return nil
+	return w.answersStalled()
 }
 
 // ServiceID is the id of the worker's micro service, as $SRV.INFO and

@@ -42,6 +42,7 @@ type statsCollector struct {
 	chunkedGets, chunksSent            *prometheus.Desc
 	prefixConflict, prefixConflicts    *prometheus.Desc
 	prefixUnknown                      *prometheus.Desc
+	oldestUnanswered, unanswered       *prometheus.Desc
 }
 
 func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, mgr *state.Replica) *statsCollector {
@@ -91,7 +92,10 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		prefixConflict:      d("prefix_conflict", "1 while the last look found a worker of this prefix with another state (a memory worker, or another bucket)."),
 		prefixConflicts:     d("prefix_conflicts_total", "Workers of this prefix with another state found, each counted once."),
 		prefixUnknown:       d("prefix_unknown_workers", "Workers of this prefix that do not say which state they serve (older versions), at the last look."),
-		slowDropped:         d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
+		oldestUnanswered: d("oldest_unanswered_report_seconds", "How long the oldest report this worker took and has not answered yet has waited, on the worker's clock; 0 when every report taken is answered. "+
+			"Past the apply timeout plus 5 s (7 s) the worker is not ready: its answers are stalled."),
+		unanswered:  d("unanswered_reports", "Reports this worker took and has not answered yet (with --kv jetstream at most --kv-window and the one waiting for a place; with --kv memory at most one)."),
+		slowDropped: d("nats_slow_consumer_disconnects_total", "Disconnections of the worker by the embedded NATS server because the worker was a slow consumer (an external server's show as nats_disconnects_total{cause=\"server_closed\"})."),
 	}
 }
 
@@ -160,6 +164,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.deltaBytes, float64(s.DeltaBytes))
 	counter(c.chunkedGets, s.ChunkedGets)
 	counter(c.chunksSent, s.ChunksSent)
+	age, waiting := c.worker.OldestUnanswered()
+	gauge(c.oldestUnanswered, age.Seconds())
+	gauge(c.unanswered, float64(waiting))
 	if c.js != nil {
 		gauge(c.storeAvailable, bit(c.js.Available()))
 		counter(c.storeForgets, c.js.Forgets())

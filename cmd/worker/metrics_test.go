@@ -111,6 +111,8 @@ func TestMetricsCountReportsAndReadinessFollowsNATS(t *testing.T) {
 		"flowstate_merge_seconds_count 1",
 		"flowstate_chunked_gets_total 0",
 		"flowstate_chunks_sent_total 0",
+		"flowstate_oldest_unanswered_report_seconds 0",
+		"flowstate_unanswered_reports 0",
 	} {
 		assert.Contains(t, body, line+"\n")
 	}

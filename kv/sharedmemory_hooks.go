@@ -16,6 +16,9 @@ type heldPut struct {
 	cond     Condition
 	done     PutReceiver
 	answered bool // ExpireHeldPuts answered it; storing it answers nothing
+	stored   bool // StoreHeldPuts stored it: rev and err are its answer, still to give
+	rev      Revision
+	err      error
 }
 
 // SetUnavailable makes every call (reads, writes, Epoch, LastRevision)
@@ -129,10 +132,38 @@ func (s *SharedMemory) ReleasePuts(ctx context.Context) {
 	s.held, s.holding = nil, false
 	s.mu.Unlock()
 	for _, p := range held {
-		rev, err := s.putUnder(ctx, p.key, p.value, p.cond)
+		rev, err := p.rev, p.err
+		if !p.stored {
+			rev, err = s.putUnder(ctx, p.key, p.value, p.cond)
+		}
 		if !p.answered {
 			p.done.PutDone(rev, err)
 		}
+	}
+}
+
+// StoreHeldPuts stores the held puts not stored yet, in the order they were
+// sent, each under its condition as it holds now, and keeps holding them
+// and their answers: as a link that delivers a worker's writes but stalls
+// the store's answers to them. ReleasePuts gives the answers; puts sent
+// meanwhile are held too.
+func (s *SharedMemory) StoreHeldPuts(ctx context.Context) {
+	s.mu.Lock()
+	var todo []int
+	for i := range s.held {
+		if !s.held[i].stored {
+			todo = append(todo, i)
+		}
+	}
+	s.mu.Unlock()
+	for _, i := range todo {
+		s.mu.Lock()
+		p := s.held[i]
+		s.mu.Unlock()
+		rev, err := s.putUnder(ctx, p.key, p.value, p.cond)
+		s.mu.Lock()
+		s.held[i].stored, s.held[i].rev, s.held[i].err = true, rev, err
+		s.mu.Unlock()
 	}
 }
 

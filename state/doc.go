@@ -131,8 +131,8 @@
 // beat it (its report through another worker that this worker's watch had
 // not applied yet, or this worker's own write of unknown outcome): it
 // waits for the watch to pass that write and is sent again, conditioned on
-// it, as often as it is refused within ApplyTimeout of its first refusal
-// (replica_overtaken.go). Past that, it is answered ErrConflict, which wraps
+// it, as often as it is refused until its deadline, ApplyTimeout after
+// Submit (replica_overtaken.go). Past that, it is answered ErrConflict, which wraps
 // kv.ErrUnavailable: nothing was stored, and the node's next report,
 // conditioned on what the watch applied by then, settles it. What the condition cannot catch is a report that reaches
 // this worker after a later report of its node was stored: the README
@@ -148,8 +148,10 @@
 //     (the JetStream store's free channel, which bounds the puts whose
 //     answer is awaited);
 //   - the goroutine of the store's answers (onStored) records the write's
-//     sequence number, and sends the write of the same node chained after
-//     it, if any;
+//     sequence number, and posts the write of the same node chained after
+//     it, if any, to the sender (sendLoop, one goroutine of Run's), so that
+//     it never waits for a slot of the store itself: the answers it gives
+//     are what free those slots;
 //   - the watch's goroutine (onEvent) applies the write: it finds this
 //     worker's report by that sequence number and applies the flows it
 //     kept, without decoding the bytes it wrote (those are decoded only
@@ -161,7 +163,12 @@
 // Whichever of the last two finds the oldest report's outcome answers it,
 // and the reports after it that are ready, in order, through their
 // Completions; the clock (Run's goroutine, ApplyTimeout/8 of
-// ReplicaOptions.Clock a tick) answers a write the watch is late to apply. The served state tells the worker of
+// ReplicaOptions.Clock a tick) answers every report whose deadline,
+// ApplyTimeout after Submit, has passed, whatever its write awaits: the
+// store's answer, the write before it, or the watch. A write that is not
+// sent (stale, refused, answered meanwhile) hands the writes chained
+// after it on to be judged in turn, so none waits behind a write that
+// nothing moves. The served state tells the worker of
 // its changes on one channel (Changes), its own reports' included.
 // Another worker's write is decoded (flowstate.AppendValueFlows). Either
 // way the apply path allocates nothing per report in steady state.

@@ -74,7 +74,7 @@ type Replica struct {
 	pubMu sync.Mutex // serialises the aggregate key's writes; guards pub
 	pub   publishing
 
-	asides sync.WaitGroup // the writes sent aside (sendAside); Run waits for them
+	sendKick chan struct{} // wakes the sender (sendLoop); capacity 1
 
 	submitMu sync.Mutex // serialises Submit and Refuse: reports queue in the order the store takes them; guards enc
 	enc      []byte     // the value of the write being sent
@@ -83,12 +83,13 @@ type Replica struct {
 
 	mu     sync.Mutex // guards every field below
 	phase  phase
-	watch  watched // what the watch applied; written by onEvent only
-	served served  // what reads see
-	writes queue   // this worker's reports, from Submit to their answer
-	deltas deltas  // what Delta handed out
-	wait   waiters // Sync, WaitLoaded, Drain and EvictSilent waiting for the watch
-	clock  uint64  // ticks of the clock (onTick), for the deadlines of writes
+	watch  watched  // what the watch applied; written by onEvent only
+	served served   // what reads see
+	writes queue    // this worker's reports, from Submit to their answer
+	deltas deltas   // what Delta handed out
+	wait   waiters  // Sync, WaitLoaded, Drain and EvictSilent waiting for the watch
+	outbox []resend // the writes for the sender to send (postLocked)
+	clock  uint64   // ticks of the clock (onTick), for the deadlines of writes
 	// conflicts counts the reports whose write the store refused
 	// (ErrConflict).
 	conflicts uint64
@@ -121,19 +122,18 @@ type served struct {
 
 // onEvent is the watch's callback: one event, in the store's order.
 func (r *Replica) onEvent(ev kv.Event) {
-	if ok, sends := r.applyEvent(ev); ok {
+	if r.applyEvent(ev) {
 		r.answerReady()
-		r.sendAside(sends)
 	}
 }
 
-// applyEvent applies ev under mu, and returns the overtaken writes that
-// it settles (sweepOvertakenLocked); false if the Replica has stopped.
-func (r *Replica) applyEvent(ev kv.Event) (bool, []resend) {
+// applyEvent applies ev under mu, and settles the overtaken writes that it
+// may settle (sweepOvertakenLocked); false if the Replica has stopped.
+func (r *Replica) applyEvent(ev kv.Event) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase == stopped {
-		return false, nil
+		return false
 	}
 	fresh := ev.Op == kv.OpReset || ev.Op == kv.OpSynced || ev.Revision.Seq > r.watch.delivered
 	changed := false
@@ -162,7 +162,8 @@ func (r *Replica) applyEvent(ev kv.Event) (bool, []resend) {
 		r.signalChange()
 	}
 	r.wait.broadcastLocked()
-	return true, r.sweepOvertakenLocked()
+	r.sweepOvertakenLocked()
+	return true
 }
 
 // resetLocked starts the watch over at epoch, whose key the store wrote at
@@ -355,10 +356,9 @@ func (r *Replica) settleLocked() bool {
 func (r *Replica) onTick() {
 	r.mu.Lock()
 	r.clock++
-	sends := r.sweepOvertakenLocked()
+	r.sweepOvertakenLocked()
 	r.mu.Unlock()
 	r.answerReady()
-	r.sendAside(sends)
 }
 
 // outcomeLocked is the answer of the report e, if it has one yet.
@@ -366,6 +366,12 @@ func (r *Replica) outcomeLocked(e *write) (MergeResult, error, bool) {
 	switch {
 	case e.err != nil:
 		return MergeResult{}, e.err, true
+	case e.awaitsStore() && r.phase == stopped:
+		return MergeResult{}, fmt.Errorf("state: report of node %d not stored before the worker stopped: %w", e.node, errNotSeen(stopped)), true
+	case e.awaitsStore() && r.clock > e.deadline:
+		// Its put, or the write before it, has no answer from the store
+		// in time: answered now, and abandoned to whatever the store says.
+		return MergeResult{}, fmt.Errorf("state: report of node %d: the store did not answer its write in time: %w", e.node, errNotSeen(r.phase)), true
 	case e.awaitsStore():
 		return MergeResult{}, nil, false // the store has not answered yet
 	case e.seq <= e.delivered:

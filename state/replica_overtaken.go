@@ -17,16 +17,16 @@ import (
 // write is not answered 503 at once: it waits (overtaken) until this
 // worker's watch has passed that write, and is then sent again,
 // conditioned on it; refused again (another write of the node beat it
-// meanwhile), it waits again. Within ApplyTimeout of its first refusal:
-// past it, it is answered ErrConflict.
+// meanwhile), it waits again. Until its deadline (ApplyTimeout after
+// Submit): past it, it is answered ErrConflict.
 
 // overtakeLocked moves e, whose put the store answered with err, to
-// overtaken if err is a refusal of its condition, and ApplyTimeout has not
-// passed since its first refusal: true if it did. It waits for the key's
+// overtaken if err is a refusal of its condition, and its deadline has
+// not passed: true if it did. It waits for the key's
 // last write that the refusal names, or, when it names none (a replicated
 // stream's), for any write of the key past e's condition.
 func (r *Replica) overtakeLocked(e *write, err error) bool {
-	if err == nil || r.phase == stopped || e.epoch != r.watch.epoch || e.retried && r.clock > e.deadline {
+	if err == nil || r.phase == stopped || e.epoch != r.watch.epoch || r.clock > e.deadline {
 		return false
 	}
 	if !errors.Is(err, kv.ErrRevisionMismatch) {
@@ -37,9 +37,6 @@ func (r *Replica) overtakeLocked(e *write, err error) bool {
 		// A replicated stream's refusal does not name the key's last
 		// write: any write of the key past the one it was conditioned on.
 		last = e.cond + 1
-	}
-	if !e.retried {
-		e.retried, e.deadline = true, r.clock+applyTicks // one deadline for every retry
 	}
 	e.waitFor = last
 	e.to(overtaken)
@@ -57,7 +54,7 @@ func (r *Replica) overtakeLocked(e *write, err error) bool {
 func (r *Replica) resumeLocked(e *write) (resend, bool) {
 	r.writes.dropOvertaken(e)
 	if seq, ok := r.storedCopyLocked(e); ok {
-		e.seq, e.deadline = seq, r.clock+applyTicks
+		e.seq = seq
 		e.to(stored)
 		next, cond := r.nextLocked(e)
 		return resend{e: next, cond: cond}, next != nil
@@ -75,30 +72,28 @@ func (r *Replica) resumeLocked(e *write) (resend, bool) {
 // sweepOvertakenLocked settles the overtaken writes that can be: those
 // whose write the watch has passed are sent again; those past their
 // deadline, of an ended epoch, or left after Run ended are refused; those
-// answered meanwhile (abandoned) are reused. It returns what is to be sent,
-// with the writes chained after those that end; nil (no allocation) when
-// there are none.
-func (r *Replica) sweepOvertakenLocked() []resend {
+// answered meanwhile (abandoned) are reused. What is to be sent, the
+// writes chained after those that end among it, goes to the sender.
+func (r *Replica) sweepOvertakenLocked() {
 	q := &r.writes
 	if len(q.overtaken) == 0 {
-		return nil
+		return
 	}
-	var sends []resend
 	for _, e := range append([]*write(nil), q.overtaken...) {
 		var reason error
 		switch {
 		case e.phase == abandoned:
 		case e.epoch != r.watch.epoch:
 			reason = fmt.Errorf("%w (epoch %s ended)", ErrStoreCleared, e.epoch)
-		case r.watch.keys[e.node] >= e.waitFor:
+		case r.watch.keys[e.node] >= e.waitFor && r.phase != stopped:
 			if s, ok := r.resumeLocked(e); ok {
-				sends = append(sends, s)
+				r.postLocked(s)
 				continue
 			}
 			// Stale: refused by resumeLocked; the writes chained after it
 			// are judged in turn.
 			if next, cond := r.nextLocked(e); next != nil {
-				sends = append(sends, resend{e: next, cond: cond})
+				r.postLocked(resend{e: next, cond: cond})
 			}
 			continue
 		case r.phase == stopped, r.clock > e.deadline:
@@ -109,9 +104,8 @@ func (r *Replica) sweepOvertakenLocked() []resend {
 			continue
 		}
 		q.dropOvertaken(e)
-		next, cond := r.nextLocked(e)
-		if next != nil {
-			sends = append(sends, resend{e: next, cond: cond})
+		if next, cond := r.nextLocked(e); next != nil {
+			r.postLocked(resend{e: next, cond: cond})
 		}
 		if e.phase == abandoned {
 			q.recycle(e)
@@ -119,7 +113,6 @@ func (r *Replica) sweepOvertakenLocked() []resend {
 			e.refuse(reason)
 		}
 	}
-	return sends
 }
 
 // storedCopyLocked reports whether the node's report as the watch applied

@@ -292,10 +292,10 @@ func (r *Replica) takeAnswers(holding bool) []answer {
 		q.pop() // e may be reused from here
 	}
 	q.answers = batch
-	q.answering = len(batch) > 0
-	if q.answering {
-		r.wait.broadcastLocked() // Drain waits for the queue to empty
+	if holding || len(batch) > 0 {
+		r.wait.broadcastLocked() // Drain and stop wait for the queue to empty and the last answer to be given
 	}
+	q.answering = len(batch) > 0
 	return batch
 }
 

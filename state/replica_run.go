@@ -115,14 +115,15 @@ func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 		return nil, fmt.Errorf("state: replica: %w", err)
 	}
 	return &Replica{
-		store:   store,
-		opts:    opts,
-		log:     opts.Logger,
-		lease:   l,
-		kick:    make(chan struct{}, 1),
-		changes: make(chan struct{}, 1),
-		window:  make(chan struct{}, opts.Window),
-		watch:   watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), keys: make(map[uint64]uint64), refused: make(refusals)},
+		store:    store,
+		opts:     opts,
+		log:      opts.Logger,
+		lease:    l,
+		kick:     make(chan struct{}, 1),
+		sendKick: make(chan struct{}, 1),
+		changes:  make(chan struct{}, 1),
+		window:   make(chan struct{}, opts.Window),
+		watch:    watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), keys: make(map[uint64]uint64), refused: make(refusals)},
 		// At most 10 lines a second: a store full of junk is one outsider's write away.
 		refuseLog: throttle.New(10, time.Second),
 		writes:    newQueue(opts.Window),
@@ -138,8 +139,9 @@ func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 // serves nothing. Call it once.
 //
 // Its goroutines: the watch's (the store calls onEvent on it), the lease's
-// (its renewals are I/O, which must not hold up the clock), and the
-// caller's, which ticks the clock.
+// (its renewals are I/O, which must not hold up the clock), the sender's
+// (sendLoop: the writes sent from outside Submit), and the caller's, which
+// ticks the clock.
 func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.phase != idle {
@@ -158,6 +160,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		watchErr = r.store.Watch(ctx, r.onEvent)
 	})
 	wg.Go(func() { r.lease.Run(ctx, r.kick, r.tookLease) })
+	wg.Go(func() { r.sendLoop(ctx) })
 	t := r.opts.Clock.NewTicker(max(r.opts.ApplyTimeout/applyTicks, time.Millisecond))
 	for ctx.Err() == nil {
 		select {
@@ -175,16 +178,21 @@ func (r *Replica) Run(ctx context.Context) error {
 	return nil
 }
 
-// stop is the end of Run: every report still waiting is answered.
+// stop is the end of Run: every report still waiting is answered, those
+// whose write awaits the store too (abandoned to its answer), and stop
+// returns once the last answer has been given, or ApplyTimeout has passed
+// while another goroutine gives them.
 func (r *Replica) stop() {
 	r.mu.Lock()
-	r.phase = stopped // outcomeLocked answers each write the store has answered; the others as it answers
+	r.phase = stopped
 	r.wait.broadcastLocked()
-	sends := r.sweepOvertakenLocked() // refuses every overtaken write; those chained after them too
+	r.sweepOvertakenLocked() // refuses every overtaken write; those chained after them too
+	r.outbox = nil           // the sender has ended: outcomeLocked answers what it did not send
 	r.mu.Unlock()
 	r.answerReady()
-	r.sendLater(sends...)
-	r.asides.Wait() // the writes sent aside are answered by now, or their bound has passed
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.ApplyTimeout)
+	defer cancel()
+	_ = r.awaitAnswered(ctx)
 }
 
 // takeTurn takes a place in the window for a report, waiting while it is
@@ -207,7 +215,7 @@ func (r *Replica) takeTurn(ctx context.Context) error {
 // answered, or ctx ends; then it answers those left at once with an error
 // wrapping kv.ErrUnavailable and context.Cause(ctx).
 func (r *Replica) Drain(ctx context.Context) {
-	if r.await(ctx, func() bool { return r.writes.len == 0 }) == nil {
+	if r.awaitAnswered(ctx) == nil {
 		return
 	}
 	r.mu.Lock()
@@ -270,12 +278,24 @@ type waiters struct {
 	awaited  bool          // an await took advanced since it was last replaced
 }
 
+// awaitAnswered waits until every report given to the Replica has been
+// answered, the last Completion returned, or ctx ends.
+func (r *Replica) awaitAnswered(ctx context.Context) error {
+	return r.awaitWhile(ctx, false, func() bool { return r.writes.len == 0 && !r.writes.answering })
+}
+
 // await waits until cond, called with mu held, holds, or Run returned, or
 // ctx ends.
 func (r *Replica) await(ctx context.Context, cond func() bool) error {
+	return r.awaitWhile(ctx, true, cond)
+}
+
+// awaitWhile waits until cond, called with mu held, holds, or ctx ends; or
+// Run returned, if untilStopped.
+func (r *Replica) awaitWhile(ctx context.Context, untilStopped bool, cond func() bool) error {
 	for {
 		r.mu.Lock()
-		ok, stopped, advanced := cond(), r.phase == stopped, r.wait.advanced
+		ok, stopped, advanced := cond(), untilStopped && r.phase == stopped, r.wait.advanced
 		r.wait.awaited = true
 		r.mu.Unlock()
 		switch {

@@ -73,6 +73,7 @@ func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, s
 		return nil, 0, false
 	}
 	e.node, e.epoch, e.delivered, e.rev = rep.Node, r.watch.epoch, r.watch.delivered, r.served.revision
+	e.deadline = r.clock + applyTicks
 	e.nodeEpoch, e.hasEpoch = rep.NodeEpoch, rep.HasNodeEpoch
 	if rep.carriesV3() {
 		e.health = rep.Health.Clone()
@@ -120,28 +121,44 @@ type resend struct {
 	cond uint64
 }
 
-// sendAside sends the writes of sends, if any, on a goroutine of their
-// own: the watch's and the clock's goroutines must not wait for a slot of
-// the store's window (a put waits for one up to ApplyTimeout), or they
-// would hold up every event and tick behind them. Writes of one node are
-// never among them twice (a node's next write waits for the store's
-// answer to this one), so their order does not matter.
-func (r *Replica) sendAside(sends []resend) {
-	if len(sends) == 0 {
-		return
+// postLocked gives s to the sender (sendLoop), which sends it outside
+// mu: the goroutines of the watch, of the store's answers and of the clock
+// never wait for a slot of the store's window themselves (a put waits for
+// one up to ApplyTimeout), so that the store's answers, which free those
+// slots, always come through. Writes of one node are never posted twice
+// at once (a node's next write waits for the store's answer to this one).
+func (r *Replica) postLocked(s resend) {
+	r.outbox = append(r.outbox, s)
+	select {
+	case r.sendKick <- struct{}{}:
+	default:
 	}
-	r.asides.Go(func() { r.sendLater(sends...) })
 }
 
-// sendLater sends each write of sends, outside mu, encoded from what it
-// kept of its report.
-func (r *Replica) sendLater(sends ...resend) {
+// sendLoop is the sender: it sends what postLocked gives it, until ctx
+// ends. What is left then is answered by stop.
+func (r *Replica) sendLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.sendKick:
+			r.sendPosted()
+		}
+	}
+}
+
+// sendPosted sends every write posted so far, outside mu, each encoded
+// from what it kept of its report.
+func (r *Replica) sendPosted() {
+	r.mu.Lock()
+	sends := r.outbox
+	r.outbox = nil
+	r.mu.Unlock()
 	for _, s := range sends {
 		if len(s.e.value) == 0 {
 			s.e.value = s.e.appendValue(s.e.value[:0])
 		}
-		// Puts in flight stay within the window, and the store takes as
-		// many: a put slot is free. The bound is in case one is not.
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.ApplyTimeout)
 		r.send(ctx, s.e, s.e.value, s.cond)
 		cancel()
@@ -164,32 +181,33 @@ func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
 }
 
 // onStored is the store's answer to the write of e (write.PutDone). The
-// write of its node chained after it, if any, is sent now, conditioned on
-// e's revision if e was stored; or e itself once more, if its condition
-// was refused by a write its watch has passed already.
+// write of its node chained after it, if any, is posted to be sent now,
+// conditioned on e's revision if e was stored; or e itself once more, if
+// its condition was refused by a write its watch has passed already. It
+// never waits for the store.
 func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
-	s, ok := r.recordStored(e, rev, err)
+	r.recordStored(e, rev, err)
 	r.answerReady()
-	if ok {
-		r.sendLater(s)
-	}
 }
 
-// recordStored records the store's answer to e, and returns what is to be
+// recordStored records the store's answer to e, and posts what is to be
 // sent now: the write chained after e, or e, overtaken, once more.
-func (r *Replica) recordStored(e *write, rev kv.Revision, err error) (resend, bool) {
+func (r *Replica) recordStored(e *write, rev kv.Revision, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	abandoned := e.phase == abandoned
 	if !abandoned && e.err == nil && r.overtakeLocked(e, err) {
 		if r.watch.keys[e.node] < e.waitFor {
-			return resend{}, false
+			return
 		}
 		if s, ok := r.resumeLocked(e); ok {
-			return s, true // the watch passed it already
+			r.postLocked(s) // the watch passed it already
+			return
 		}
-		next, cond := r.nextLocked(e) // e is stale: the write chained after it is judged in turn
-		return resend{e: next, cond: cond}, next != nil
+		if next, cond := r.nextLocked(e); next != nil { // e is stale: the write chained after it is judged in turn
+			r.postLocked(resend{e: next, cond: cond})
+		}
+		return
 	}
 	switch {
 	case err != nil && e.err == nil && errors.Is(err, kv.ErrRevisionMismatch):
@@ -198,12 +216,14 @@ func (r *Replica) recordStored(e *write, rev kv.Revision, err error) (resend, bo
 	case err != nil && e.err == nil:
 		err = fmt.Errorf("state: store report of node %d: %w", e.node, err)
 	case err == nil:
-		e.seq, e.deadline = rev.Seq, r.clock+applyTicks
+		e.seq = rev.Seq
 	}
-	next, cond := r.nextLocked(e)
+	if next, cond := r.nextLocked(e); next != nil {
+		r.postLocked(resend{e: next, cond: cond})
+	}
 	switch {
 	case abandoned:
-		r.writes.recycle(e) // answered already (Drain or stop): nothing more to do
+		r.writes.recycle(e) // answered already (its deadline, Drain or stop): nothing more to do
 	case err != nil:
 		if e.err != nil {
 			err = e.err // answered with what was decided first
@@ -212,52 +232,58 @@ func (r *Replica) recordStored(e *write, rev kv.Revision, err error) (resend, bo
 	default:
 		e.to(stored)
 	}
-	return resend{e: next, cond: cond}, next != nil
 }
 
-// nextLocked takes the write chained after e, which the store has just
-// answered, and returns it with its condition, or nil if it is not to be
-// sent (answered meanwhile, or Run has ended: it is answered then).
+// nextLocked takes the writes chained after e, which the store has just
+// answered (or which ended without a put), and returns the first of them
+// to send now, with its condition, or nil if none is. Each one that is not
+// sent (answered meanwhile, refused, or Run has ended) hands its own chain
+// on to the judgement in turn, so that no write is left chained behind a
+// write that nothing moves any more.
 func (r *Replica) nextLocked(e *write) (*write, uint64) {
 	next := e.next
-	if next == nil {
-		return nil, 0
-	}
 	e.next = nil
-	switch {
-	case next.phase == abandoned:
-		r.writes.recycle(next)
-		return nil, 0
-	case next.err != nil:
-		next.refuse(next.err)
-		return nil, 0
-	case r.phase == stopped:
-		next.refuse(fmt.Errorf("state: report of node %d not sent: %w", next.node, errNotSeen(stopped)))
-		return nil, 0
-	}
-	cond := r.watch.keys[next.node]
+	var cond uint64
 	landed := e.err == nil && e.seq != 0 && e.epoch == r.watch.epoch
-	// next replaces e as e was stored: e may have been judged again since
-	// next was queued behind it (overtaken, then sent after the write that
-	// beat it), and next's lineage follows from what e became, or the
-	// node's stored report would forget the node_epochs e retired. If e
-	// did not land, or the watch has applied a write of the node stored
-	// after e (another worker's), next replaces the report the watch
-	// applied. Against either it may be stale.
-	held := &e.lineage
-	if !landed || cond > e.seq {
-		held = r.watchedLocked(next.node)
+	for next != nil {
+		after := next.next
+		next.next = nil
+		cond = r.watch.keys[next.node]
+		switch {
+		case next.phase == abandoned:
+			r.writes.recycle(next)
+		case next.err != nil:
+			next.refuse(next.err)
+		case r.phase == stopped:
+			next.refuse(fmt.Errorf("state: report of node %d not sent: %w", next.node, errNotSeen(stopped)))
+		default:
+			// next replaces e as e was stored: e may have been judged
+			// again since next was queued behind it (overtaken, then
+			// sent after the write that beat it), and next's lineage
+			// follows from what e became, or the node's stored report
+			// would forget the node_epochs e retired. If e did not
+			// land, or the watch has applied a write of the node stored
+			// after e (another worker's), next replaces the report the
+			// watch applied. Against either it may be stale.
+			held := &e.lineage
+			if !landed || cond > e.seq {
+				held = r.watchedLocked(next.node)
+			}
+			if err := next.judgeLocked(held); err != nil {
+				next.refuse(err)
+				break
+			}
+			if landed {
+				cond = max(cond, e.seq)
+			}
+			next.next = after
+			next.cond = cond
+			next.to(sent)
+			return next, cond
+		}
+		next = after
 	}
-	if err := next.judgeLocked(held); err != nil {
-		next.refuse(err)
-		return nil, 0
-	}
-	if landed {
-		cond = max(cond, e.seq)
-	}
-	next.cond = cond
-	next.to(sent)
-	return next, cond
+	return nil, 0
 }
 
 // Conflicts counts the reports whose write the store refused

@@ -23,6 +23,11 @@ import (
 //
 // A write's err, once set, is its answer whatever its phase: a stored
 // write whose value the rule refuses, or every write when Drain gives up.
+// Past its deadline (ApplyTimeout after Submit), or once Run has ended, a
+// write is answered whatever it awaits: one that awaits the store is
+// abandoned then. A write that is not sent hands the writes chained after
+// it on to the judgement (nextLocked), so that every write has an owner:
+// the store, the write before it, the watch, or its turn to be answered.
 
 // writePhase is where a write is between Submit (or Refuse) and its reuse.
 type writePhase uint8
@@ -33,7 +38,8 @@ const (
 	// queued: given to the Replica, not checked yet.
 	queued
 	// chained: waits for the store's answer to its node's write before
-	// it, which sends it (onStored); its value is kept until then.
+	// it, which sends it, or for that write to end without a put
+	// (nextLocked); its value is kept until then.
 	chained
 	// sent: its put is in flight; the store answers it (PutDone).
 	sent
@@ -41,7 +47,7 @@ const (
 	// of the node's key that this worker's watch had not applied: it waits
 	// for the watch to pass that write, then is sent again (resumeLocked),
 	// is found stored (that write was its own first copy), or refused once
-	// ApplyTimeout has passed since its first refusal.
+	// its deadline has passed.
 	overtaken
 	// stored: the store took it at seq; it is answered once the watch has
 	// applied it, or its deadline passed.
@@ -95,11 +101,10 @@ type write struct {
 	newNode   bool              // its node was new to the aggregate: counted against Limits.MaxNodes
 
 	seq      uint64 // the write's sequence number, once stored
-	deadline uint64 // the clock tick past which the watch is late to apply it (stored), or to pass waitFor (overtaken)
+	deadline uint64 // the clock tick past which it is answered, whatever its phase: ApplyTimeout after Submit
 	err      error  // why it is not acknowledged
 	cond     uint64 // the node key's last write its put is conditioned on
 	waitFor  uint64 // overtaken: the write of the node's key that beat it
-	retried  bool   // it was overtaken before: deadline is ApplyTimeout past its first refusal
 
 	// A write of a node whose previous write from this worker is not
 	// answered by the store yet waits for that answer: next links them, and

@@ -23,11 +23,11 @@ import (
 )
 
 const (
-	requestTimeout = 4 * time.Second  // a client's request
-	lag            = 10 * time.Second // an unanswered report takes effect within this of its invocation (partitions hold a message 8 s at most), or never
-	quiet          = 2 * time.Second  // clients go on after the nemesis stops
-	convergeWithin = 60 * time.Second // the final gets agree
-	finalGets      = 30               // equal gets in a row that end a run
+	requestTimeout = 4 * time.Second             // a client's request
+	lag            = 10 * time.Second            // an unanswered report takes effect within this of its invocation (partitions hold a message 8 s at most), or never
+	quiet          = answerBound + 3*time.Second // clients go on after the nemesis stops: past the liveness check's bound after the last heal
+	convergeWithin = 60 * time.Second            // the final gets agree
+	finalGets      = 30                          // equal gets in a row that end a run
 )
 
 // runConfig is one run: a system, its clients, and the nemesis.
@@ -85,6 +85,13 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	} else {
 		s = startMemorySystem(t, h.now, cfg.worker, cfg.env...)
 	}
+	lctx, stopSampling := context.WithCancel(context.Background())
+	defer stopSampling()
+	var names []string
+	for _, w := range s.workers {
+		names = append(names, w.name)
+	}
+	live := sampleLiveness(lctx, names, s.metrics, h.now)
 	ctx, stopClients := context.WithCancel(context.Background())
 	defer stopClients()
 	var wg sync.WaitGroup
@@ -140,6 +147,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	require.NoError(t, nemErr, "nemesis log:\n%s", formatEvents(nem.events(), nil))
 
 	last := s.finalGets(t, h, cfg.clients)
+	stopSampling()
 	ops := h.snapshot()
 	if p := os.Getenv("CHAOS_DUMP"); p != "" {
 		require.NoError(t, dumpHistory(p+"-"+cfg.name+".json", ops))
@@ -154,6 +162,7 @@ func runChaos(t *testing.T, cfg runConfig) (res runResult) {
 	res.problems = append(res.problems, twoStates(fresh)...)
 	res.problems = append(res.problems, olderShown(fresh)...)
 	res.problems = append(res.problems, staleAnswers(ops)...)
+	res.problems = append(res.problems, deafWorkers(names, live.snapshot(), res.events, ops)...)
 	res.verdict = check(fresh, s.opens(), forgotAt(res.events), lag, cfg.checkFor)
 	res.ops = res.verdict.ops
 	for _, o := range ops {

@@ -40,6 +40,20 @@ type system struct {
 	disk      *tmpfs   // the server store the disk fault fills, if any
 	dirs      []string // each server's store folder (JetStream)
 	clockDir  string   // the workers' clock control files (clock faults)
+	// metrics[w] is worker w's --metrics-addr, kept across its restarts,
+	// for the liveness check (liveness_test.go).
+	metrics []string
+}
+
+// metricsArgs returns the arguments that give a worker a metrics address
+// of its own, and notes it.
+func (s *system) metricsArgs(t testing.TB) []string {
+	t.Helper()
+	port, err := proctest.FreePort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	s.metrics = append(s.metrics, addr)
+	return []string{"--metrics-addr", addr}
 }
 
 // systemConfig says what to run besides the defaults.
@@ -107,6 +121,7 @@ func startJetStreamSystem(t testing.TB, clock func() int64, cfg systemConfig) *s
 		s.links = append(s.links, links)
 		args := append([]string{"--nats-url", strings.Join(urls, ","), "--kv", "jetstream", "--kv-replicas", "3",
 			"--kv-storage", "file", "--max-flows", fmt.Sprint(maxFlows)}, cfg.workerArgs...)
+		args = append(args, s.metricsArgs(t)...)
 		path, env := bin.worker, []string(nil)
 		if cfg.clock {
 			path, env = bin.clockWorker, append(env, clockpkg.ControlEnv+"="+s.clockFile(w))
@@ -129,7 +144,8 @@ func startMemorySystem(t testing.TB, clock func() int64, path string, env ...str
 		}
 	})
 	s := &system{clock: clock, urls: srv.URL, servers: []*proctest.Server{srv}}
-	s.workers = []*proc{newWorkerProc("worker", path, env, "--nats-url", s.urls, "--max-flows", fmt.Sprint(maxFlows))}
+	args := append([]string{"--nats-url", s.urls, "--max-flows", fmt.Sprint(maxFlows)}, s.metricsArgs(t)...)
+	s.workers = []*proc{newWorkerProc("worker", path, env, args...)}
 	s.startWorkers(t)
 	return s
 }

@@ -26,8 +26,8 @@ const (
 	metricsMaxConns = 64
 )
 
-// metricsServer serves /metrics, /healthz (the process runs), /readyz (the
-// worker serves) and, with --pprof, Go's /debug/pprof/ profiles.
+// metricsServer serves /metrics, /healthz (the process runs and answers
+// the reports it takes), /readyz (the worker serves) and, with --pprof, Go's /debug/pprof/ profiles.
 type metricsServer struct {
 	srv  *http.Server
 	ln   net.Listener
@@ -37,7 +37,7 @@ type metricsServer struct {
 
 // newMetricsServer listens on addr, at once, so that a taken port fails
 // start-up; Run serves, and Stop shuts it down.
-func newMetricsServer(addr string, reg prometheus.Gatherer, ready func() error, withPProf bool, log *slog.Logger) (*metricsServer, error) {
+func newMetricsServer(addr string, reg prometheus.Gatherer, ready, alive func() error, withPProf bool, log *slog.Logger) (*metricsServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}))
 	if withPProf {
@@ -47,7 +47,13 @@ func newMetricsServer(addr string, reg prometheus.Gatherer, ready func() error, 
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if err := alive(); err != nil {
+			http.Error(rw, "not alive: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
 			http.Error(rw, "not ready: "+err.Error(), http.StatusServiceUnavailable)

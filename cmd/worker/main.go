@@ -154,7 +154,7 @@ func (m *Main) Open() error {
 	m.group.add("prefix watch", m.prefix)
 	if m.Config.MetricsAddr != "" {
 		reg := newRegistry(m.newStatsCollector(w), latency)
-		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, m.ready, m.Config.PProf, m.Log)
+		ms, err := newMetricsServer(m.Config.MetricsAddr, reg, m.ready, m.alive, m.Config.PProf, m.Log)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr %s: %w; give another address, or port 0 for any free one", m.Config.MetricsAddr, err)
 		}

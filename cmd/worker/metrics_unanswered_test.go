@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
@@ -49,7 +51,9 @@ func gaugeOf(t *testing.T, c prometheus.Collector, name string) float64 {
 }
 
 // The age of the oldest unanswered report is read at scrape time, on the
-// worker's clock, and the worker's readiness (flowstate_ready) follows it.
+// worker's clock; the worker's readiness (flowstate_ready) follows it past
+// 7 s, and /healthz past the liveness limit, so that a supervisor restarts
+// a worker that will not answer again.
 func TestMetricsShowTheOldestUnansweredReport(t *testing.T) {
 	srv := natstest.Start(t, &server.Options{})
 	wc, err := nats.Connect(srv.ClientURL())
@@ -89,6 +93,24 @@ func TestMetricsShowTheOldestUnansweredReport(t *testing.T) {
 	clk.Advance(consumer.DefaultUnansweredLimit + 500*time.Millisecond)
 	assert.Equal(t, 7.5, gaugeOf(t, c, "flowstate_oldest_unanswered_report_seconds"))
 	assert.Zero(t, gaugeOf(t, c, "flowstate_ready"), "past the limit")
+	m := &Main{}
+	m.workerRef.Store(w)
+	ms, err := newMetricsServer("127.0.0.1:0", prometheus.NewRegistry(), func() error { return nil }, m.alive, false, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- ms.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, ms.Stop(context.Background()))
+		<-served
+	}()
+	code, _ := scrape(t, ms.addr, "/healthz")
+	assert.Equal(t, http.StatusOK, code, "alive while its report waits less than the liveness limit")
+	clk.Advance(livenessLimit - consumer.DefaultUnansweredLimit)
+	code, said := scrape(t, ms.addr, "/healthz")
+	assert.Equal(t, http.StatusServiceUnavailable, code, "a report held past the liveness limit")
+	assert.Equal(t, "not alive: reports are not answered: the oldest of 1 waiting has waited 1m0.5s, past the 1m0s liveness limit; restart the worker\n", said)
 
 	close(local.release)
 	select {
@@ -100,4 +122,6 @@ func TestMetricsShowTheOldestUnansweredReport(t *testing.T) {
 	assert.Zero(t, gaugeOf(t, c, "flowstate_oldest_unanswered_report_seconds"))
 	assert.Zero(t, gaugeOf(t, c, "flowstate_unanswered_reports"))
 	assert.Equal(t, 1.0, gaugeOf(t, c, "flowstate_ready"))
+	code, _ = scrape(t, ms.addr, "/healthz")
+	assert.Equal(t, http.StatusOK, code, "alive again once answered")
 }

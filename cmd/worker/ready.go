@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // checkPrefix builds the prefix watch of this worker and, when the
@@ -62,4 +64,28 @@ func storeReadiness(nc *natsConn, available func() bool) func() error {
 		}
 		return nil
 	}
+}
+
+// livenessLimit is how long a report the worker took may wait for its
+// answer before /healthz fails, so that a supervisor (Kubernetes' liveness
+// probe) restarts it: the worker answers every report within its apply
+// timeout (2 s) whatever the store does, and is not ready past 7 s
+// (consumer.DefaultUnansweredLimit); a report held for a minute will not
+// be answered, and neither will those the queue group gives it after.
+const livenessLimit = time.Minute
+
+// alive reports why the worker should be restarted, or nil: /healthz
+// answers 503 with it. Only a report held past livenessLimit is such a
+// reason; what the worker recovers from by itself (NATS or the store
+// down) makes it not ready, not dead.
+func (m *Main) alive() error {
+	w := m.workerRef.Load()
+	if w == nil {
+		return nil
+	}
+	if age, n := w.OldestUnanswered(); age > livenessLimit {
+		return fmt.Errorf("reports are not answered: the oldest of %d waiting has waited %v, past the %v liveness limit; restart the worker",
+			n, age.Round(time.Millisecond), livenessLimit)
+	}
+	return nil
 }

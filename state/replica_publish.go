@@ -63,7 +63,7 @@ func (r *Replica) Flush(ctx context.Context) error {
 	r.pubMu.Lock()
 	defer r.pubMu.Unlock()
 	p := &r.pub
-	err := r.lease.WithFence(func(fence, acquired uint64) error {
+	err := r.lease.WithFence(ctx, func(ctx context.Context, fence, acquired uint64) error {
 		r.mu.Lock()
 		if !r.publisherLocked(acquired) {
 			r.mu.Unlock()

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flowstate-io/flowstate/flowstate"
 	"github.com/flowstate-io/flowstate/kv"
@@ -300,4 +303,59 @@ func runOrder(seed uint64) error {
 		}
 	}
 	return nil
+}
+
+// blockingAnswer is a Completion that waits for release before it returns.
+type blockingAnswer struct {
+	entered  chan struct{}
+	release  chan struct{}
+	returned atomic.Bool
+}
+
+func (b *blockingAnswer) Complete(MergeResult, error) {
+	close(b.entered)
+	<-b.release
+	b.returned.Store(true)
+}
+
+// TestReplicaDrainReturnsAfterTheLastAnswer: Drain must not return while
+// the last report's Completion still runs (its answer not yet given),
+// although the queue is empty by then.
+func TestReplicaDrainReturnsAfterTheLastAnswer(t *testing.T) {
+	r := newTestReplica(t)
+	r.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
+	r.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
+	b := &blockingAnswer{entered: make(chan struct{}), release: make(chan struct{})}
+	go func() { _ = r.Refuse(context.Background(), errors.New("refused"), b) }()
+	<-b.entered
+
+	drained := make(chan bool, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		r.Drain(ctx)
+		drained <- b.returned.Load()
+	}()
+	// Either Drain returns (at once, were it wrong) or it waits for the
+	// answer, which the test sees as an await registered on the Replica.
+	for waiting := false; !waiting; {
+		select {
+		case returned := <-drained:
+			t.Fatalf("Drain returned while the last answer was being given (its Completion returned: %t)", returned)
+		default:
+		}
+		r.mu.Lock()
+		waiting = r.wait.awaited
+		r.mu.Unlock()
+		runtime.Gosched()
+	}
+	close(b.release)
+	select {
+	case returned := <-drained:
+		if !returned {
+			t.Fatal("Drain returned before the last Completion did")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drain did not return once the last answer was given")
+	}
 }

@@ -172,11 +172,11 @@ func (l *Lease) validity() time.Duration { return l.cfg.TTL * 2 / 3 }
 func (l *Lease) Tick(ctx context.Context) (acquired uint64) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	return l.tickLocked(ctx)
+	return l.tick(ctx)
 }
 
-// tickLocked is Tick, with writeMu held.
-func (l *Lease) tickLocked(ctx context.Context) (acquired uint64) {
+// tick is Tick, with writeMu held by the caller.
+func (l *Lease) tick(ctx context.Context) (acquired uint64) {
 	l.mu.Lock()
 	if !l.ready {
 		l.mu.Unlock()
@@ -257,7 +257,7 @@ func (l *Lease) WithFence(ctx context.Context, write func(ctx context.Context, f
 	due := held && l.cfg.Clock.Since(l.own.sent) >= l.Interval()
 	l.mu.Unlock()
 	if due {
-		l.tickLocked(ctx) // a renewal: this holder holds the lease, so never a takeover
+		l.tick(ctx) // a renewal: this holder holds the lease, so never a takeover
 	}
 	l.mu.Lock()
 	acquired, ok := l.heldLocked()

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -19,8 +20,8 @@ import (
 
 // fencedWrite is a write of the aggregate key fenced on h's lease.
 func fencedWrite(t *testing.T, g *group, h *holder) error {
-	return h.WithFence(func(fence, _ uint64) error {
-		_, err := g.store.PutIf(t.Context(), "__flow/state", []byte("{}"), kv.Condition{Key: key, Revision: fence})
+	return h.WithFence(t.Context(), func(ctx context.Context, fence, _ uint64) error {
+		_, err := g.store.PutIf(ctx, "__flow/state", []byte("{}"), kv.Condition{Key: key, Revision: fence})
 		return err
 	})
 }

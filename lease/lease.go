@@ -172,6 +172,11 @@ func (l *Lease) validity() time.Duration { return l.cfg.TTL * 2 / 3 }
 func (l *Lease) Tick(ctx context.Context) (acquired uint64) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
+	return l.tick(ctx)
+}
+
+// tick is Tick, with writeMu held by the caller.
+func (l *Lease) tick(ctx context.Context) (acquired uint64) {
 	l.mu.Lock()
 	if !l.ready {
 		l.mu.Unlock()
@@ -238,17 +243,36 @@ func (l *Lease) loseLocked(why string) {
 // ErrNotHeld without calling it if the lease is not held. An error from
 // write that wraps kv.ErrRevisionMismatch means the fence failed: the lease
 // is lost and WithFence returns ErrNotHeld.
-func (l *Lease) WithFence(write func(fence, acquired uint64) error) error {
+//
+// The write holds up this holder's renewals, so it never runs past the
+// moment a renewal must start for the lease to stay valid: write's ctx
+// ends half an Interval before the lease's validity does, and a renewal
+// that is due (an Interval since the last) is made first, here. A slow
+// write fails; the lease does not lapse for it.
+func (l *Lease) WithFence(ctx context.Context, write func(ctx context.Context, fence, acquired uint64) error) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.mu.Lock()
+	_, held := l.heldLocked()
+	due := held && l.cfg.Clock.Since(l.own.sent) >= l.Interval()
+	l.mu.Unlock()
+	if due {
+		l.tick(ctx) // a renewal: this holder holds the lease, so never a takeover
+	}
+	l.mu.Lock()
 	acquired, ok := l.heldLocked()
 	fence := l.own.rev
+	left := l.validity() - l.Interval()/2 - l.cfg.Clock.Since(l.own.sent)
 	l.mu.Unlock()
 	if !ok {
 		return ErrNotHeld
 	}
-	err := write(fence, acquired)
+	if left <= 0 {
+		return fmt.Errorf("lease: no time left before its renewal: %w", ErrNotHeld)
+	}
+	wctx, cancel := clock.WithTimeout(ctx, l.cfg.Clock, left)
+	defer cancel()
+	err := write(wctx, fence, acquired)
 	if errors.Is(err, kv.ErrRevisionMismatch) {
 		l.mu.Lock()
 		if l.own.rev == fence {

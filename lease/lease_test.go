@@ -149,7 +149,7 @@ func TestLeaseTakenOverAfterATTLOfSilence(t *testing.T) {
 	_, ok := a.Held()
 	require.True(t, ok, "a's clock did not move")
 	called := false
-	err := a.WithFence(func(fence, _ uint64) error {
+	err := a.WithFence(t.Context(), func(_ context.Context, fence, _ uint64) error {
 		called = true
 		_, err := g.store.PutIf(t.Context(), "__flow/state", []byte("{}"), kv.Condition{Key: key, Revision: fence})
 		return err
@@ -160,7 +160,7 @@ func TestLeaseTakenOverAfterATTLOfSilence(t *testing.T) {
 	assert.Zero(t, a.Tick(t.Context()), "a sees b's lease, renewed just now")
 
 	// The holder's fenced write goes through.
-	err = b.WithFence(func(fence, acquired uint64) error {
+	err = b.WithFence(t.Context(), func(_ context.Context, fence, acquired uint64) error {
 		assert.Equal(t, rev, acquired)
 		_, err := g.store.PutIf(t.Context(), "__flow/state", []byte("{}"), kv.Condition{Key: key, Revision: fence})
 		return err
@@ -235,4 +235,57 @@ func TestLeaseTakeoverSkippedByTheWatchIsStillApplied(t *testing.T) {
 	assert.True(t, applied["a"], "the renewal's event stands for the takeover")
 	applied = g.deliver()
 	assert.False(t, applied["a"], "once")
+}
+
+// TestLeaseFencedWriteEndsBeforeTheLeaseLapses: a fenced write that the
+// store does not answer holds up the holder's renewals; it must end (its
+// context) while the lease is still valid, so that the renewal after it
+// keeps the lease, however long the caller would have waited. A renewal
+// due when the write starts is made first.
+func TestLeaseFencedWriteEndsBeforeTheLeaseLapses(t *testing.T) {
+	g := newGroup(t, "a")
+	a := g.holders["a"]
+	require.NotZero(t, a.Tick(t.Context()))
+	g.deliver()
+	a.clock.Advance(a.Interval()) // a renewal is due: WithFence makes it
+	before, err := g.store.LastRevision(t.Context())
+	require.NoError(t, err)
+
+	parent, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	entered := make(chan uint64)
+	var heldAtEnd bool
+	done := make(chan error, 1)
+	go func() {
+		done <- a.WithFence(parent, func(ctx context.Context, fence, _ uint64) error {
+			entered <- fence
+			<-ctx.Done() // the store never answers
+			_, heldAtEnd = a.Held()
+			return ctx.Err()
+		})
+	}()
+	fence := <-entered
+	assert.Greater(t, fence, before.Seq, "the due renewal was made before the write")
+	require.Equal(t, 1, a.clock.Waiting(), "the write's bound is the one timer of the holder's clock")
+	fired := false
+	for range 4 * int(ttl/(a.Interval()/4)) {
+		a.clock.Advance(a.Interval() / 4)
+		if fired = a.clock.Waiting() == 0; fired {
+			break
+		}
+	}
+	if !fired {
+		cancel() // two TTLs of the holder's clock passed: the caller gives up
+	}
+	var ended error
+	select {
+	case ended = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WithFence did not return")
+	}
+	require.ErrorIs(t, ended, context.DeadlineExceeded, "the write ended by the lease's bound, not the caller's")
+	assert.True(t, heldAtEnd, "the lease was still valid when the write gave up")
+	assert.Zero(t, a.Tick(t.Context()), "the renewal after it is not a takeover")
+	_, ok := a.Held()
+	assert.True(t, ok, "renewed")
 }

@@ -257,11 +257,17 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 		r.served.changed = true
 	}
 	r.writes.nodeApplied(id)
-	at := ev.Time // the store's time of the write: silence counts from the report
+	// The nodes view tells the store's time of the write, the same on every
+	// worker; a node's silence is measured on this worker's own clock,
+	// from when it applied the write (a worker that starts counts afresh),
+	// so that a worker's clock ahead of the servers' evicts no live node,
+	// and one behind still evicts.
+	heard := r.opts.Clock.Now()
+	at := ev.Time
 	if at.IsZero() {
-		at = r.opts.Clock.Now()
+		at = heard
 	}
-	w.nodes[id] = nodeSeen{at: at, revision: ev.Revision.Seq, lineage: l, health: h}
+	w.nodes[id] = nodeSeen{at: at, heard: heard, revision: ev.Revision.Seq, lineage: l, health: h}
 }
 
 // valueLocked reads node id's value by the rule: its flows and its

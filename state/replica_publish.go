@@ -63,7 +63,7 @@ func (r *Replica) Flush(ctx context.Context) error {
 	r.pubMu.Lock()
 	defer r.pubMu.Unlock()
 	p := &r.pub
-	err := r.lease.WithFence(func(fence, acquired uint64) error {
+	err := r.lease.WithFence(ctx, func(ctx context.Context, fence, acquired uint64) error {
 		r.mu.Lock()
 		if !r.publisherLocked(acquired) {
 			r.mu.Unlock()
@@ -139,8 +139,9 @@ func (r *Replica) stillHeld(ctx context.Context, fence uint64) bool {
 	return err == nil && e.Revision == fence
 }
 
-// EvictSilent deletes the key of every node whose last report was written
-// before cutoff, as Manager.EvictSilent removes it, and waits until the
+// EvictSilent deletes the key of every node whose last report this
+// worker applied before cutoff, by its own clock (ReplicaOptions.Clock),
+// as Manager.EvictSilent removes it, and waits until the
 // watch has applied the deletions. Only the publisher evicts, for every
 // worker: on the others it does nothing. Each deletion is conditional on
 // the node's last write, so a report that came in meanwhile stays.
@@ -153,7 +154,7 @@ func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 	v := r.versionLocked()
 	if err == nil && publisher {
 		for id, n := range r.watch.nodes {
-			if n.at.Before(cutoff) {
+			if n.heard.Before(cutoff) {
 				nodes = append(nodes, silent{id, n.revision})
 			}
 		}

@@ -16,7 +16,8 @@ import (
 
 // nodeSeen is what a Replica keeps of a node beside its report.
 type nodeSeen struct {
-	at       time.Time         // when the store took its last write
+	at       time.Time         // when the store took its last write, by the store's clock: the nodes view's
+	heard    time.Time         // when this worker applied it, by its own clock: eviction's
 	revision uint64            // the sequence number of its last write
 	lineage  lineage           // its processes, as its value says: the stale rule's
 	health   *flowstate.Health // its flows' health, never changed once kept; nil: none

@@ -187,8 +187,12 @@ func (r *Replica) stop() {
 	r.phase = stopped
 	r.wait.broadcastLocked()
 	r.sweepOvertakenLocked() // refuses every overtaken write; those chained after them too
-	r.outbox = nil           // the sender has ended: outcomeLocked answers what it did not send
+	unsent := r.outbox       // the sender has ended: what it did not send ends here
+	r.outbox = nil
 	r.mu.Unlock()
+	for _, s := range unsent {
+		r.recordStored(s.e, kv.Revision{}, fmt.Errorf("state: report of node %d not sent: %w", s.e.node, errNotSeen(stopped)))
+	}
 	r.answerReady()
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.ApplyTimeout)
 	defer cancel()

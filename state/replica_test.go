@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowstate-io/flowstate/flowstate"
+	fsclock "github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/internal/natstest"
 	"github.com/flowstate-io/flowstate/internal/wait"
 	"github.com/flowstate-io/flowstate/kv"
@@ -463,4 +464,31 @@ func TestReplicaBarrierRefusesAWipedEpochUntilTheWatchSaysSo(t *testing.T) {
 	got, after := fget(t, w.mgr)
 	assert.NotEqual(t, before.Epoch, after.Epoch)
 	assert.Empty(t, got.Flows())
+}
+
+// TestReplicaMeasuresSilenceOnItsOwnClock: the servers' clock (the time
+// the store gives each write) is an hour ahead of or behind the worker's:
+// a node that reported a moment ago by the worker's clock is live, and one
+// silent for longer than the TTL by the worker's clock is evicted, either
+// way.
+func TestReplicaMeasuresSilenceOnItsOwnClock(t *testing.T) {
+	const ttl = time.Minute
+	for name, skew := range map[string]time.Duration{"servers ahead": time.Hour, "servers behind": -time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			mem := kv.NewSharedMemory(kv.SharedMemoryOptions{Now: func() time.Time { return time.Now().Add(skew) }})
+			clk := fsclock.NewManual(time.Now())
+			w := follow(t, mem, state.ReplicaOptions{Clock: clk, LeaseTTL: time.Hour})
+			fmerge(t, w.mgr, 1, lastExecOf(1, 1))
+			require.Eventually(t, w.mgr.Publisher, followWait, 5*time.Millisecond)
+
+			evicted, _, err := w.mgr.EvictSilent(t.Context(), clk.Now().Add(-ttl))
+			require.NoError(t, err)
+			assert.Empty(t, evicted, "the node reported a moment ago, by the worker's clock")
+
+			clk.Advance(2 * ttl)
+			evicted, _, err = w.mgr.EvictSilent(t.Context(), clk.Now().Add(-ttl))
+			require.NoError(t, err)
+			assert.Equal(t, []uint64{1}, evicted, "silent for two TTLs by the worker's clock")
+		})
+	}
 }

@@ -59,8 +59,9 @@ type Manager struct {
 	rev       uint64 // revision of the state in epoch; 0: nothing applied since the epoch began
 	agg       *Aggregate
 	deltaBase uint64 // revision of the last Delta taken in epoch; 0: none
-	// errorBytes is the bytes of error messages the nodes' health holds.
-	errorBytes int
+	// errors is the errors the nodes' health holds: their bytes and
+	// number.
+	errors errorLoad
 }
 
 // nodeMeta is what a Manager keeps of a node beside its report.
@@ -73,9 +74,9 @@ type nodeMeta struct {
 	// buffers have grown. A reader copies health under the lock.
 	health *flowstate.Health
 	bufs   [2]healthBuf
-	// errorBytes is health's bytes of error messages: counted once, when
-	// the report is taken, not again from cold memory at the next one.
-	errorBytes int
+	// errors is health's errors: counted once, when the report is taken,
+	// not again from cold memory at the next one.
+	errors errorLoad
 }
 
 // spare returns the buffer that health is not in.
@@ -133,16 +134,16 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if meta == nil {
 		meta = &nodeMeta{}
 	}
-	oldErrors, newErrors := meta.errorBytes, health.ErrorBytes()
-	if err := checkErrorBytes(m.errorBytes, oldErrors, newErrors, m.opts.Limits.MaxErrorBytes); err != nil {
+	oldErrors, newErrors := meta.errors, loadOf(health)
+	if err := checkErrors(m.errors, oldErrors, newErrors, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
 	kept := meta.spare().keep(rep.Health)
-	m.errorBytes += newErrors - oldErrors
+	m.errors = m.errors.plus(newErrors).minus(oldErrors)
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	n.meta = meta
-	meta.lineage, meta.health, meta.errorBytes = next, kept, newErrors
+	meta.lineage, meta.health, meta.errors = next, kept, newErrors
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.
@@ -221,7 +222,15 @@ func (m *Manager) Size() (nodes, flows int) {
 func (m *Manager) ErrorBytes() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.errorBytes
+	return m.errors.bytes
+}
+
+// Errors returns the number of errors the nodes' health holds, as
+// Limits.MaxErrors counts them.
+func (m *Manager) Errors() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.errors.count
 }
 
 // EvictSilent removes every node whose last report was applied before
@@ -237,7 +246,7 @@ func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, Me
 		if !n.meta.seen.Before(cutoff) {
 			continue
 		}
-		m.errorBytes -= n.meta.errorBytes
+		m.errors = m.errors.minus(n.meta.errors)
 		if m.agg.Remove(id) {
 			res.Changed = true
 		}

@@ -106,7 +106,7 @@ type watched struct {
 	refused    refusals            // what the rule refused, since Run began
 	flows      []flowstate.Flow    // scratch: the value being applied
 	health     flowstate.Health    // scratch: the v3 part of the value being applied
-	errorBytes int                 // the bytes of error messages the nodes' health holds
+	errors     errorLoad           // the errors the nodes' health holds
 }
 
 // served is the state that reads see: the watch's while following, the last
@@ -186,7 +186,7 @@ func (r *Replica) resetLocked(epoch string, start uint64) {
 	w.agg.Reset()
 	clear(w.nodes)
 	clear(w.keys)
-	w.errorBytes = 0
+	w.errors = errorLoad{}
 	w.delivered, w.nodeWrite = 0, 0
 	r.writes.behind, r.writes.passed = 0, 0
 }
@@ -243,7 +243,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	if ok {
 		flows, l, h, ok = r.valueLocked(id, ev)
 	}
-	w.errorBytes -= w.nodes[id].health.ErrorBytes()
+	w.errors = w.errors.minus(loadOf(w.nodes[id].health))
 	if !ok {
 		if w.agg.Remove(id) {
 			r.served.changed = true
@@ -251,7 +251,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 		delete(w.nodes, id)
 		return
 	}
-	w.errorBytes += h.ErrorBytes()
+	w.errors = w.errors.plus(loadOf(h))
 	if _, changed := w.agg.applyNode(id, w.agg.nodes[id], flows, healthFlows(h)); changed {
 		r.served.changed = true
 	}

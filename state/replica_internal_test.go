@@ -221,7 +221,7 @@ func TestReplicaAppliesItsOwnWritesByTheRule(t *testing.T) {
 	r.mu.Lock()
 	e := r.writes.push(r, a)
 	e.node, e.epoch = 1, "e1"
-	r.writes.keepLocked(e, v.Flows(), nil, false, r.watch.agg)
+	r.writes.keepLocked(e, v.Flows(), nil, errorLoad{}, false, r.watch.agg)
 	e.to(sent)
 	e.to(stored)
 	e.seq, e.deadline = 1, r.clock+applyTicks

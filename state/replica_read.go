@@ -169,5 +169,13 @@ func (r *Replica) Size() (nodes, flows int) {
 func (r *Replica) ErrorBytes() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.watch.errorBytes
+	return r.watch.errors.bytes
+}
+
+// Errors returns the number of errors of the nodes' health that the watch
+// applied, as Limits.MaxErrors counts them.
+func (r *Replica) Errors() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watch.errors.count
 }

@@ -81,7 +81,8 @@ func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, s
 	if e.health != nil {
 		e.health.RetiredEpochs = e.lineage.retired
 	}
-	r.writes.keepLocked(e, rep.Flows, healthFlows(keepHealthOf(&rep)), r.opts.Limits.MaxFlows > 0, r.watch.agg)
+	kept := keepHealthOf(&rep)
+	r.writes.keepLocked(e, rep.Flows, healthFlows(kept), loadOf(kept), r.opts.Limits.MaxFlows > 0, r.watch.agg)
 	cond = r.condLocked(rep.Node)
 	e.cond = cond
 	if r.writes.chainLocked(e) {

@@ -93,6 +93,7 @@ type write struct {
 	flows     []flowstate.Flow  // the report: what the watch applies when it delivers seq
 	counted   int               // flows counted against Limits.MaxFlows while in flight
 	newNode   bool              // its node was new to the aggregate: counted against Limits.MaxNodes
+	errors    errorLoad         // its errors, counted against Limits.MaxErrorBytes and MaxErrors while in flight
 
 	seq      uint64 // the write's sequence number, once stored
 	deadline uint64 // the clock tick past which the watch is late to apply it (stored), or to pass waitFor (overtaken)

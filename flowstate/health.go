@@ -59,8 +59,10 @@ func (h *Health) IsV3() bool {
 	return h != nil && (h.HasProcessedRows || h.HasLastErrors || h.HasSeq)
 }
 
-// Reset empties h, keeping its capacity.
+// Reset empties h, keeping its capacity but none of its errors: the flows
+// it held no longer reference their messages.
 func (h *Health) Reset() {
+	clear(h.Flows)
 	*h = Health{Flows: h.Flows[:0], RetiredEpochs: h.RetiredEpochs[:0]}
 }
 

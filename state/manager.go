@@ -87,6 +87,17 @@ func (m *nodeMeta) spare() *healthBuf {
 	return &m.bufs[0]
 }
 
+// dropSpare lets go of the messages of the buffers health is not in (both
+// when health is nil): no copy of an error outlives the state's holding
+// it.
+func (m *nodeMeta) dropSpare() {
+	for i := range m.bufs {
+		if m.health != &m.bufs[i].h {
+			m.bufs[i].drop(m.health)
+		}
+	}
+}
+
 // NewManager returns an empty Manager at a new epoch.
 func NewManager(opts Options) *Manager {
 	if opts.Now == nil {
@@ -144,6 +155,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	n.meta = meta
 	meta.lineage, meta.health, meta.errors = next, kept, newErrors
+	meta.dropSpare() // the health the report replaced: nothing reads it now
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.

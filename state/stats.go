@@ -85,6 +85,7 @@ type healthBuf struct {
 // or nil when h holds no flow's health. What b held before is gone.
 func (b *healthBuf) keep(h *flowstate.Health) *flowstate.Health {
 	if h == nil || len(h.Flows) == 0 {
+		b.release()
 		return nil
 	}
 	clear(b.errs) // no message outlives its report here
@@ -92,6 +93,26 @@ func (b *healthBuf) keep(h *flowstate.Health) *flowstate.Health {
 	b.h = flowstate.Health{HasProcessedRows: h.HasProcessedRows, HasLastErrors: h.HasLastErrors, HasSeq: h.HasSeq, Seq: h.Seq, Flows: flows}
 	b.errs = errs
 	return &b.h
+}
+
+// drop lets go of the messages b holds, keeping its arrays for the next
+// report of a similar size: a state that no longer holds b's health holds
+// none of its text. Arrays more than twice what the held health, in,
+// needs are let go too, so that a node's buffers never stay larger than
+// what it holds for long.
+func (b *healthBuf) drop(in *flowstate.Health) {
+	clear(b.errs)
+	b.errs = b.errs[:0]
+	clear(b.h.Flows)
+	b.h.Flows = b.h.Flows[:0]
+	if in == nil || cap(b.errs) > 2*flowstate.ErrorCount(in.Flows) || cap(b.h.Flows) > 2*len(in.Flows) {
+		b.release()
+	}
+}
+
+// release lets go of everything b holds.
+func (b *healthBuf) release() {
+	*b = healthBuf{}
 }
 
 // keepHealth returns what a state keeps of a report's v3 part: a copy

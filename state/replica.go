@@ -229,9 +229,10 @@ func (r *Replica) writeLocked(ev kv.Event) bool {
 // depends on the value alone, the same in every worker, whether it follows
 // the store live or loads it, for its own writes and the others'
 // (PROTOCOL.md, "What a worker applies from a shared store"): a
-// FlowStateValue by serde_json's rules that names at most MaxReportFlows
-// flows in all its maps (its v3 ones included) is the node's report; anything else is no value, and the node is
-// absent as if its key were deleted. (A key whose node token is not
+// FlowStateValue by serde_json's rules, its v3 fields by a report's, is
+// the node's report; anything else is no value, and the node is absent as
+// if its key were deleted. No flag of this worker takes part: workers with
+// other limits hold the same state. (A key whose node token is not
 // canonical is ignored: writeLocked.)
 func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	w := &r.watch
@@ -285,15 +286,6 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage
 		return nil, l, nil, false
 	} else {
 		h = keepHealth(&w.health)
-	}
-	if limit := r.opts.MaxReportFlows; limit > 0 && countNamed(w.flows, healthFlows(h)) > limit {
-		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, countNamed(w.flows, healthFlows(h)), limit)
-		if own != nil {
-			own.err = err // the others do not hold it: no ack
-		}
-		r.refuseLocked(RefusedTooManyFlows, ev, err)
-		w.flows = nil // a value this large is rare: its memory is not kept
-		return nil, l, nil, false
 	}
 	return w.flows, l, h, true
 }

@@ -79,7 +79,7 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		aggregateKeyCurrent: d("aggregate_key_current", "On the publisher of a shared bucket (--kv jetstream): 1 while __flow/state holds the aggregate, 0 while it is deleted because the aggregate's JSON does not fit the connection's max payload."),
 		aggregateJSONBytes:  d("aggregate_json_bytes", "On the publisher of a shared bucket (--kv jetstream): the size of the aggregate's JSON (the value of __flow/state) at its last write, whether it fit or not."),
 		storeForgets:        d("store_forgets_total", "Times this worker found that the shared bucket no longer held a write its watch had applied (a server's store restored from an older copy, or a power loss before its lazy fsync), and moved to a new epoch that keeps what the bucket holds (--kv jetstream)."),
-		storeRefused:        d("store_refused_total", "Values of the shared bucket applied as no value (the node absent), by reason: invalid (not a FlowStateValue), too_many_flows (past --max-flows); and keys under the node prefix ignored: key (--kv jetstream).", "reason"),
+		storeRefused:        d("store_refused_total", "Values of the shared bucket applied as no value (the node absent), by reason: invalid (not a FlowStateValue, or v3 fields a report could not carry); and keys under the node prefix ignored: key (--kv jetstream).", "reason"),
 		writeConflicts:      d("node_write_conflicts_total", "Reports answered 503 because the bucket refused their node-key write: the node's key had a later write than this worker had applied when it sent it (the node's report through another worker, or a write of this worker whose outcome was unknown), and the write, sent again each time this worker's watch had passed the write that beat it, was still refused 2 s (the apply timeout) after its first refusal; nothing was stored (--kv jetstream)."),
 		ready:               d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
 		disconnects:         d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
@@ -176,7 +176,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.writeConflicts, c.mgr.Conflicts())
 		refused := c.mgr.StoreRefusals()
-		for _, reason := range []string{state.RefusedInvalid, state.RefusedTooManyFlows, state.RefusedKey} {
+		for _, reason := range []string{state.RefusedInvalid, state.RefusedKey} {
 			counter(c.storeRefused, refused[reason], reason)
 		}
 	}

@@ -24,8 +24,25 @@ func TestNodeJSONWithoutV3FieldsIsTheSeedForm(t *testing.T) {
 	flows := []flowstate.Flow{{ID: 1, Has: flowstate.HasStateSize, StateSize: 1024}}
 	want := string(flowstate.AppendJSON(nil, flows))
 	assert.Equal(t, want, string(flowstate.AppendNodeJSON(nil, flows, 5, true, nil)))
-	// Retired epochs alone are not a report field: the seed's bytes stay.
-	assert.Equal(t, want, string(flowstate.AppendNodeJSON(nil, flows, 5, true, &flowstate.Health{RetiredEpochs: []uint64{1}})))
+	assert.Equal(t, want, string(flowstate.AppendNodeJSON(nil, flows, 5, true, &flowstate.Health{})))
+}
+
+// A value without v3 fields whose node has retired epochs to remember
+// carries them, and its node_epoch, after the seed's JSON: the stale rule
+// holds for the node's earlier processes after an unnumbered report.
+func TestNodeJSONKeepsRetiredEpochsWithoutV3Fields(t *testing.T) {
+	flows := []flowstate.Flow{{ID: 1, Has: flowstate.HasStateSize, StateSize: 1024}}
+	seed := `{"state_size":{"1":1024},"last_exec_time_map":{},"start_time_map":{}`
+	h := &flowstate.Health{RetiredEpochs: []uint64{1}}
+	assert.Equal(t, seed+`,"node_epoch":5,"retired_epochs":[1]}`, string(flowstate.AppendNodeJSON(nil, flows, 5, true, h)))
+	assert.Equal(t, seed+`,"retired_epochs":[1]}`, string(flowstate.AppendNodeJSON(nil, flows, 0, false, h)))
+}
+
+// A seq without node_epoch orders nothing and is not stored.
+func TestNodeJSONStoresNoSeqWithoutNodeEpoch(t *testing.T) {
+	flows := []flowstate.Flow{{ID: 1, Has: flowstate.HasStateSize, StateSize: 1024}}
+	got := flowstate.AppendNodeJSON(nil, flows, 0, false, &flowstate.Health{HasSeq: true, Seq: 9})
+	assert.Equal(t, `{"state_size":{"1":1024},"last_exec_time_map":{},"start_time_map":{}}`, string(got))
 }
 
 func TestNodeJSONWritesEveryFieldInOrder(t *testing.T) {
@@ -140,22 +157,31 @@ func TestDecodeNodeHealthRejectsBrokenV3Fields(t *testing.T) {
 	const seed = `{"state_size":{},"last_exec_time_map":{},"start_time_map":{}`
 	long := strings.Repeat("x", flowstate.MaxErrorMessage+1)
 	tests := map[string]string{
-		"more than 3 errors":       `,"last_errors":{"1":[{"time":1,"message":"a"},{"time":1,"message":"a"},{"time":1,"message":"a"},{"time":1,"message":"a"}]}}`,
-		"error without time":       `,"last_errors":{"1":[{"message":"a"}]}}`,
-		"error without message":    `,"last_errors":{"1":[{"time":1}]}}`,
-		"empty message":            `,"last_errors":{"1":[{"time":1,"message":""}]}}`,
-		"message over 1024 bytes":  `,"last_errors":{"1":[{"time":1,"message":"` + long + `"}]}}`,
-		"message not UTF-8":        `,"last_errors":{"1":[{"time":1,"message":"` + "\xff" + `"}]}}`,
-		"time outside int64":       `,"last_errors":{"1":[{"time":9223372036854775808,"message":"a"}]}}`,
-		"time a float":             `,"last_errors":{"1":[{"time":1.5,"message":"a"}]}}`,
-		"negative processed rows":  `,"processed_rows":{"1":-1}}`,
-		"flow id with leading 0":   `,"processed_rows":{"01":1}}`,
-		"flow id past uint32":      `,"processed_rows":{"4294967296":1}}`,
-		"flow named twice":         `,"processed_rows":{"1":1,"1":2}}`,
-		"seq negative":             `,"seq":-1}`,
-		"node_epoch a string":      `,"node_epoch":"1","seq":1}`,
-		"more than 8 retired":      `,"seq":1,"retired_epochs":[1,2,3,4,5,6,7,8,9]}`,
-		"processed_rows not a map": `,"processed_rows":[1]}`,
+		"more than 3 errors":         `,"last_errors":{"1":[{"time":1,"message":"a"},{"time":1,"message":"a"},{"time":1,"message":"a"},{"time":1,"message":"a"}]}}`,
+		"error without time":         `,"last_errors":{"1":[{"message":"a"}]}}`,
+		"error without message":      `,"last_errors":{"1":[{"time":1}]}}`,
+		"empty message":              `,"last_errors":{"1":[{"time":1,"message":""}]}}`,
+		"message over 1024 bytes":    `,"last_errors":{"1":[{"time":1,"message":"` + long + `"}]}}`,
+		"message not UTF-8":          `,"last_errors":{"1":[{"time":1,"message":"` + "\xff" + `"}]}}`,
+		"time outside int64":         `,"last_errors":{"1":[{"time":9223372036854775808,"message":"a"}]}}`,
+		"time a float":               `,"last_errors":{"1":[{"time":1.5,"message":"a"}]}}`,
+		"negative processed rows":    `,"processed_rows":{"1":-1}}`,
+		"flow id with leading 0":     `,"processed_rows":{"01":1}}`,
+		"flow id past uint32":        `,"processed_rows":{"4294967296":1}}`,
+		"flow named twice":           `,"processed_rows":{"1":1,"1":2}}`,
+		"seq negative":               `,"seq":-1}`,
+		"node_epoch a string":        `,"node_epoch":"1","seq":1}`,
+		"more than 8 retired":        `,"node_epoch":10,"seq":1,"retired_epochs":[1,2,3,4,5,6,7,8,9]}`,
+		"seq twice":                  `,"node_epoch":10,"seq":1,"seq":5}`,
+		"node_epoch twice":           `,"node_epoch":10,"node_epoch":11,"seq":1}`,
+		"a null error list":          `,"last_errors":{"1":null}}`,
+		"a lone high surrogate":      `,"last_errors":{"1":[{"time":1,"message":"a\ud800"}]}}`,
+		"a lone low surrogate":       `,"last_errors":{"1":[{"time":1,"message":"\udc00a"}]}}`,
+		"a high surrogate unpaired":  `,"last_errors":{"1":[{"time":1,"message":"\ud800\u0041"}]}}`,
+		"seq without node_epoch":     `,"processed_rows":{"1":1},"seq":3}`,
+		"a retired epoch twice":      `,"node_epoch":10,"seq":1,"retired_epochs":[1,1]}`,
+		"its own node_epoch retired": `,"node_epoch":10,"seq":1,"retired_epochs":[1,10]}`,
+		"processed_rows not a map":   `,"processed_rows":[1]}`,
 	}
 	for name, tail := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -165,6 +191,15 @@ func TestDecodeNodeHealthRejectsBrokenV3Fields(t *testing.T) {
 			assert.False(t, h.IsV3(), "h is left empty")
 		})
 	}
+}
+
+// A surrogate pair, and a backslash escaped before "u", are a message's
+// text: only a lone surrogate escape is refused.
+func TestDecodeNodeHealthReadsSurrogatePairs(t *testing.T) {
+	var h flowstate.Health
+	_, _, err := flowstate.DecodeNodeHealth([]byte(`{"state_size":{},"last_exec_time_map":{},"start_time_map":{},"last_errors":{"1":[{"time":1,"message":"\ud83d\ude00 \\ud800"}]}}`), &h)
+	require.NoError(t, err)
+	assert.Equal(t, errs(1, "\U0001F600 \\ud800"), h.Flows[0].LastErrors)
 }
 
 func TestDecodeNodeHealthIgnoresUnknownKeysAndNull(t *testing.T) {

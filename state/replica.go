@@ -295,7 +295,7 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage
 func (r *Replica) lineageOfLocked(value []byte) (lineage, error) {
 	h := &r.watch.health
 	epoch, hasEpoch, err := flowstate.DecodeNodeHealth(value, h)
-	if err != nil || !h.IsV3() {
+	if err != nil || !h.IsV3() && !hasEpoch && len(h.RetiredEpochs) == 0 {
 		return lineage{}, err
 	}
 	l := lineage{epoch: epoch, hasEpoch: hasEpoch, seq: h.Seq, hasSeq: h.HasSeq}

@@ -78,9 +78,7 @@ func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, s
 		e.health = rep.Health.Clone()
 	}
 	e.lineage = r.heldLocked(rep.Node).after(&rep)
-	if e.health != nil {
-		e.health.RetiredEpochs = e.lineage.retired
-	}
+	e.keepRetired()
 	kept := keepHealthOf(&rep)
 	r.writes.keepLocked(e, rep.Flows, healthFlows(kept), loadOf(kept), r.opts.Limits.MaxFlows > 0, r.watch.agg)
 	cond = r.condLocked(rep.Node)

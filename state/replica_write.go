@@ -150,11 +150,20 @@ func (e *write) judgeLocked(held *lineage) error {
 		return err
 	}
 	e.lineage = held.after(&rep)
+	e.keepRetired()
+	e.value = e.value[:0]
+	return nil
+}
+
+// keepRetired gives e's value its lineage's retired epochs, even a value
+// without v3 fields: it then carries them after GreptimeDB's value.
+func (e *write) keepRetired() {
+	if e.health == nil && len(e.lineage.retired) > 0 {
+		e.health = &flowstate.Health{}
+	}
 	if e.health != nil {
 		e.health.RetiredEpochs = e.lineage.retired
 	}
-	e.value = e.value[:0]
-	return nil
 }
 
 // appendValue appends e's stored value: GreptimeDB's JSON of its flows,

@@ -22,7 +22,7 @@ func TestReplicasWithDifferentLimitsHoldOneState(t *testing.T) {
 			w   *worker
 			rep state.Report
 		}{
-			{small, healthReport(1, ids(1, 2), ids(2, 3), ids(4))},                 // 4 flows: small's limit
+			{small, healthReport(1, ids(1, 2), ids(2, 3), ids(4))},                  // 4 flows: small's limit
 			{large, healthReport(2, ids(11, 12, 13, 14), ids(15, 16), ids(17, 18))}, // 8 flows: past small's
 			{large, withError(3, 10)},
 			{large, manyErrors(4, 3, 'x')}, // 9 errors: past small's --max-errors

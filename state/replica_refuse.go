@@ -49,8 +49,8 @@ func (r *Replica) refuseLocked(reason string, ev kv.Event, err error) {
 	r.log.Warn(msg, attrs...)
 }
 
-// StoreRefusals counts, by reason (RefusedInvalid, RefusedTooManyFlows,
-// RefusedKey), the node values that this worker's watch applied as no value
+// StoreRefusals counts, by reason (RefusedInvalid, RefusedKey), the node
+// values that this worker's watch applied as no value
 // and the keys it ignored, since it started.
 func (r *Replica) StoreRefusals() map[string]uint64 {
 	r.mu.Lock()

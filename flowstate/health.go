@@ -145,6 +145,36 @@ func (h *Health) Clone() *Health {
 	return &c
 }
 
+// Named reports whether f names its flow: a flow named only by an empty
+// last_errors array is named nowhere (PROTOCOL.md v3, report fields).
+func (f *FlowHealth) Named() bool {
+	return f.Has&HasProcessedRows != 0 || len(f.LastErrors) > 0
+}
+
+// WithoutUnnamed returns h without the flows that it names only by an
+// empty error array: h itself when it has none, else a copy.
+func (h *Health) WithoutUnnamed() *Health {
+	if h == nil {
+		return nil
+	}
+	k := 0
+	for k < len(h.Flows) && h.Flows[k].Named() {
+		k++
+	}
+	if k == len(h.Flows) {
+		return h
+	}
+	c := *h
+	c.Flows = make([]FlowHealth, k, len(h.Flows)-1)
+	copy(c.Flows, h.Flows[:k])
+	for i := k + 1; i < len(h.Flows); i++ {
+		if h.Flows[i].Named() {
+			c.Flows = append(c.Flows, h.Flows[i])
+		}
+	}
+	return &c
+}
+
 // ErrorCount is the number of errors flows hold.
 func ErrorCount(flows []FlowHealth) int {
 	n := 0

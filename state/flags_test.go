@@ -17,7 +17,7 @@ import (
 func TestReplicasWithDifferentLimitsHoldOneState(t *testing.T) {
 	eachBackend(t, func(t *testing.T, open func() state.Store) {
 		small := follow(t, open(), state.ReplicaOptions{MaxReportFlows: 4, Limits: state.Limits{MaxFlows: 6, MaxErrors: 2}})
-		large := follow(t, open(), state.ReplicaOptions{MaxReportFlows: 10, Limits: state.Limits{MaxFlows: 20, MaxErrors: 10}})
+		large := follow(t, open(), state.ReplicaOptions{MaxReportFlows: 10, Limits: state.Limits{MaxFlows: 20, MaxErrors: 20}})
 		steps := []struct {
 			w   *worker
 			rep state.Report

@@ -149,7 +149,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if err := checkErrors(m.errors, oldErrors, newErrors, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
-	kept := meta.spare().keep(rep.Health)
+	kept := meta.spare().keep(health)
 	m.errors = m.errors.plus(newErrors).minus(oldErrors)
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))

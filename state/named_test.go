@@ -18,7 +18,7 @@ import (
 
 // healthReport is a report of node whose seed maps name seed (a last
 // execution time each) and whose v3 maps name rows (processed_rows) and
-// errs (last_errors, each with an empty array: no error, still named).
+// errs (last_errors, each with one error).
 func healthReport(node uint64, seed, rows, errs []flowstate.FlowID) state.Report {
 	rep := state.Report{Node: node, Flows: lastExecOf(node, seed...).Flows()}
 	h := &flowstate.Health{HasProcessedRows: true, HasLastErrors: true}
@@ -29,11 +29,13 @@ func healthReport(node uint64, seed, rows, errs []flowstate.FlowID) state.Report
 		ids = append(ids, id)
 	}
 	for _, id := range errs {
+		one := []flowstate.FlowError{{Time: 1, Message: "e"}}
 		if f := byID[id]; f != nil {
 			f.Has |= flowstate.HasLastErrors
+			f.LastErrors = one
 			continue
 		}
-		byID[id] = &flowstate.FlowHealth{ID: id, Has: flowstate.HasLastErrors}
+		byID[id] = &flowstate.FlowHealth{ID: id, Has: flowstate.HasLastErrors, LastErrors: one}
 		ids = append(ids, id)
 	}
 	for id := range flowstate.FlowID(64) { // ids are small in these tests

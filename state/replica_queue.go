@@ -159,7 +159,7 @@ func (r *Replica) admitLocked(rep *Report) error {
 		return err
 	}
 	if limit := r.opts.MaxReportFlows; limit > 0 {
-		if n := countNamed(flows, healthFlows(rep.Health)); n > limit {
+		if n := countNamed(flows, healthFlows(keepHealthOf(rep))); n > limit {
 			return fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, n, limit)
 		}
 	}

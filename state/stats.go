@@ -116,9 +116,11 @@ func (b *healthBuf) release() {
 }
 
 // keepHealth returns what a state keeps of a report's v3 part: a copy
-// without its seq and retired epochs, or nil when it holds no flow's
+// without its seq and retired epochs, nor the flows it names only by an
+// empty error array (named nowhere), or nil when it holds no flow's
 // health.
 func keepHealth(h *flowstate.Health) *flowstate.Health {
+	h = h.WithoutUnnamed()
 	if h == nil || len(h.Flows) == 0 {
 		return nil
 	}
@@ -165,11 +167,14 @@ func (r *Replica) Stats(context.Context) (Stats, error) {
 	return s, nil
 }
 
-// keepHealthOf is the part of rep's health that counts against
-// MaxErrorBytes, without copying it: nil when it holds no flow's health.
+// keepHealthOf is the part of rep's health that a state keeps and counts
+// against the limits, without copying it unless rep names a flow only by
+// an empty error array (such a flow is named nowhere): nil when it holds
+// no flow's health.
 func keepHealthOf(rep *Report) *flowstate.Health {
-	if rep.Health == nil || len(rep.Health.Flows) == 0 {
+	h := rep.Health.WithoutUnnamed()
+	if h == nil || len(h.Flows) == 0 {
 		return nil
 	}
-	return rep.Health
+	return h
 }

@@ -66,8 +66,11 @@ type Manager struct {
 
 // nodeMeta is what a Manager keeps of a node beside its report.
 type nodeMeta struct {
-	seen    time.Time // when its last report was applied
-	lineage lineage   // its processes, for the stale rule
+	seen time.Time // when its last report was applied
+	// nodeEpoch is its last report's node_epoch, if hasNodeEpoch.
+	nodeEpoch    uint64
+	hasNodeEpoch bool
+	lineage      lineage // its processes, for the stale rule
 	// health is its flows' health (nil: none), in one of bufs; the next
 	// report's health is copied into the other, so that the aggregate
 	// compares the two lists and a report allocates nothing once the
@@ -155,6 +158,7 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	n.meta = meta
 	meta.lineage, meta.health, meta.errors = next, kept, newErrors
+	meta.nodeEpoch, meta.hasNodeEpoch = rep.NodeEpoch, rep.HasNodeEpoch
 	meta.dropSpare() // the health the report replaced: nothing reads it now
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
@@ -215,7 +219,10 @@ func (m *Manager) Delta(_ context.Context, dst []flowstate.Flow) (Delta, error) 
 // the version of the state. It holds the lock only to copy them.
 func (m *Manager) Nodes(context.Context) ([]NodeInfo, flowstate.Version, error) {
 	m.mu.Lock()
-	out := copyNodes(m.agg, func(id uint64) time.Time { return m.agg.nodes[id].meta.seen })
+	out := copyNodes(m.agg, func(n *NodeInfo) {
+		meta := m.agg.nodes[n.ID].meta
+		n.LastReport, n.NodeEpoch, n.HasNodeEpoch = meta.seen, meta.nodeEpoch, meta.hasNodeEpoch
+	})
 	v := m.versionLocked()
 	m.mu.Unlock()
 	sortNodes(out)

@@ -150,7 +150,10 @@ func (r *Replica) Nodes(context.Context) ([]NodeInfo, flowstate.Version, error) 
 		r.mu.Unlock()
 		return nil, flowstate.Version{}, err
 	}
-	out := copyNodes(r.watch.agg, func(id uint64) time.Time { return r.watch.nodes[id].at })
+	out := copyNodes(r.watch.agg, func(n *NodeInfo) {
+		seen := r.watch.nodes[n.ID]
+		n.LastReport, n.NodeEpoch, n.HasNodeEpoch = seen.at, seen.lineage.epoch, seen.lineage.hasEpoch
+	})
 	v := r.versionLocked()
 	r.mu.Unlock()
 	sortNodes(out)

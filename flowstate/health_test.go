@@ -1,6 +1,10 @@
 package flowstate_test
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
 	"strings"
 	"testing"
 
@@ -230,4 +234,94 @@ func TestDistinctFlowsCountsEachIDOnce(t *testing.T) {
 	assert.Equal(t, 6, flowstate.DistinctFlows(flows, health))
 	assert.Equal(t, 3, flowstate.DistinctFlows(flows, nil))
 	assert.Equal(t, 5, flowstate.DistinctFlows(nil, health))
+}
+
+// mergeBySort is MergeHealth's last_errors as the contract words it: every
+// error of a flow sorted (newest first, equal times by node id, then in the
+// node's order) and the first MaxFlowErrors kept.
+func mergeBySort(nodes []flowstate.NodeHealth) map[flowstate.FlowID][]flowstate.StatsError {
+	type c struct {
+		node  uint64
+		order int
+		e     flowstate.FlowError
+	}
+	all := map[flowstate.FlowID][]c{}
+	for _, n := range nodes {
+		for _, f := range n.Health.Flows {
+			for o, e := range f.LastErrors {
+				all[f.ID] = append(all[f.ID], c{n.NodeID, o, e})
+			}
+		}
+	}
+	out := map[flowstate.FlowID][]flowstate.StatsError{}
+	for id, cs := range all {
+		sort.SliceStable(cs, func(i, j int) bool {
+			a, b := cs[i], cs[j]
+			if a.e.Time != b.e.Time {
+				return a.e.Time > b.e.Time
+			}
+			if a.node != b.node {
+				return a.node < b.node
+			}
+			return a.order < b.order
+		})
+		for _, x := range cs[:min(len(cs), flowstate.MaxFlowErrors)] {
+			out[id] = append(out[id], flowstate.StatsError{Time: x.e.Time, NodeID: x.node, Message: x.e.Message})
+		}
+	}
+	return out
+}
+
+// MergeHealth keeps each flow's newest errors as it goes, sorting none:
+// on random nodes with many equal times, it keeps exactly what sorting
+// every error keeps.
+func TestMergeHealthKeepsWhatSortingEveryErrorKeeps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		var nodes []flowstate.NodeHealth
+		for n := range rng.IntN(6) + 1 {
+			h := &flowstate.Health{HasLastErrors: true}
+			for id := range flowstate.FlowID(rng.IntN(4) + 1) {
+				var errs []flowstate.FlowError
+				for k := range rng.IntN(4) {
+					errs = append(errs, flowstate.FlowError{Time: int64(rng.IntN(3)), Message: fmt.Sprintf("r%d n%d f%d e%d", round, n, id, k)})
+				}
+				h.Flows = append(h.Flows, flowstate.FlowHealth{ID: id, Has: flowstate.HasLastErrors, LastErrors: errs})
+			}
+			nodes = append(nodes, flowstate.NodeHealth{NodeID: uint64(n), Health: h})
+		}
+		rng.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] }) // in any order
+		want := mergeBySort(nodes)
+		got := map[flowstate.FlowID][]flowstate.StatsError{}
+		for _, s := range flowstate.MergeHealth(nil, nodes) {
+			if len(s.LastErrors) > 0 {
+				got[s.ID] = s.LastErrors
+			}
+		}
+		require.Equal(t, want, got, "round %d", round)
+	}
+}
+
+// StatsJSONLen is the length AppendStatsJSON writes, for views with every
+// kind of field, escapes and extreme numbers.
+func TestStatsJSONLenIsTheRenderedLength(t *testing.T) {
+	flows := []flowstate.Flow{
+		{ID: 0, Has: flowstate.HasStateSize, StateSize: math.MaxUint64},
+		{ID: 9, Has: flowstate.HasLastExecTime | flowstate.HasStartTime, LastExecTime: math.MinInt64, StartTime: -1},
+		{ID: math.MaxUint32, Has: flowstate.HasStateSize | flowstate.HasLastExecTime | flowstate.HasStartTime, StateSize: 10, LastExecTime: 100, StartTime: 0},
+	}
+	stats := []flowstate.FlowStats{
+		{ID: 1, Has: flowstate.HasProcessedRows, ProcessedRows: 99},
+		{ID: 9, Has: flowstate.HasProcessedRows | flowstate.HasLastErrors, ProcessedRows: 0, LastErrors: []flowstate.StatsError{
+			{Time: math.MinInt64, NodeID: math.MaxUint64, Message: "q\"b\\s/\x01\x1f\b\f\n\r\té日\u202e"},
+			{Time: 0, NodeID: 0, Message: "x"}}},
+		{ID: 10, Has: flowstate.HasLastErrors},
+		{ID: 11, Has: flowstate.HasLastErrors, LastErrors: []flowstate.StatsError{{Time: 5, NodeID: 7, Message: "m"}}},
+	}
+	for _, c := range []struct {
+		flows []flowstate.Flow
+		stats []flowstate.FlowStats
+	}{{nil, nil}, {flows, nil}, {nil, stats}, {flows, stats}, {flows[1:2], stats[1:2]}} {
+		assert.Equal(t, len(flowstate.AppendStatsJSON(nil, c.flows, c.stats)), flowstate.StatsJSONLen(c.flows, c.stats), "%s", flowstate.AppendStatsJSON(nil, c.flows, c.stats))
+	}
 }

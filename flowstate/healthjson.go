@@ -122,3 +122,19 @@ func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// JSONStringLen is the length of AppendJSONString's encoding of s, quotes
+// included, without encoding it.
+func JSONStringLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 0x20 && c != '"' && c != '\\':
+		case c == '"', c == '\\', c == '\b', c == '\f', c == '\n', c == '\r', c == '\t':
+			n++
+		default:
+			n += 5 // \u00xx
+		}
+	}
+	return n
+}

@@ -21,8 +21,9 @@ type statsCollector struct {
 	prefix *prefixWatch     // the other workers of the prefix, or nil
 	// readiness is what /readyz answers from; nil: the worker's own.
 	readiness func() error
-	// maxErrorBytes is --max-error-bytes; 0: not exported.
-	maxErrorBytes int
+	// maxErrorBytes and maxErrors are --max-error-bytes and --max-errors;
+	// 0: not exported.
+	maxErrorBytes, maxErrors int
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -31,6 +32,7 @@ type statsCollector struct {
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
 	errorBytes, maxErrorBytesDesc      *prometheus.Desc
+	errors, maxErrorsDesc              *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
 	storeRestartNeeded                 *prometheus.Desc
 	storeRefused, aggregateKeyCurrent  *prometheus.Desc
@@ -72,6 +74,8 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		aggregateBytes:    d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
 		errorBytes:        d("error_bytes", "Bytes of error messages (protocol v3 last_errors) the state holds over all nodes, as --max-error-bytes counts them."),
 		maxErrorBytesDesc: d("max_error_bytes", "--max-error-bytes: the most bytes of error messages the state holds; a report that would take flowstate_error_bytes past it is rejected (507, reason capacity)."),
+		errors:            d("errors", "Errors (protocol v3 last_errors) the state holds over all nodes, as --max-errors counts them."),
+		maxErrorsDesc:     d("max_errors", "--max-errors: the most errors the state holds; a report that would take flowstate_errors past it is rejected (507, reason capacity)."),
 		storeAvailable:    d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
 		storeRestartNeeded: d("store_server_restart_needed", "Per server of the bucket's stream (--kv jetstream, --kv-replicas above 1): 1 while the stream's leader has not heard from its replica for --kv-replica-silence, or has again but it has not caught up; "+
 			"the server is down, cut off, or its JetStream store failed a write (a full disk), after which it stays behind until it is restarted.", "server"),
@@ -154,6 +158,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.errorBytes, float64(s.ErrorBytes))
 	if c.maxErrorBytes > 0 {
 		gauge(c.maxErrorBytesDesc, float64(c.maxErrorBytes))
+	}
+	gauge(c.errors, float64(s.Errors))
+	if c.maxErrors > 0 {
+		gauge(c.maxErrorsDesc, float64(c.maxErrors))
 	}
 	counter(c.deltas, s.DeltasPublished)
 	counter(c.deltaResyncs, s.DeltaResyncs)

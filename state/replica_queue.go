@@ -107,6 +107,7 @@ func (q *queue) pop() {
 // abandoned and now answered by the store) to the free list.
 func (q *queue) recycle(e *write) {
 	e.to(free)
+	clear(e.value[:cap(e.value)]) // no message outlives the write in its reused buffer
 	*e = write{r: e.r, flows: e.flows[:0], value: e.value[:0]}
 	q.free = append(q.free, e)
 }

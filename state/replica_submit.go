@@ -56,6 +56,7 @@ func (r *Replica) Submit(ctx context.Context, rep Report, c Completion) error {
 	if send {
 		r.enc = e.appendValue(r.enc[:0])
 		r.send(ctx, e, r.enc, cond)
+		clear(r.enc) // the store took its copy: no message outlives the write here
 	}
 	return nil
 }

@@ -204,11 +204,15 @@ func AppendFlowHealth(dst []FlowHealth, errs []FlowError, src []FlowHealth) ([]F
 
 // DistinctFlows counts the flow ids named by flows and by health, both
 // sorted by ID: the flows a report or a stored value names across all its
-// maps, as --max-flows and --max-total-flows count them. Linear, no
+// maps, as --max-flows and --max-total-flows count them (a flow named only
+// by an empty error array is named nowhere: FlowHealth.Named). Linear, no
 // allocation.
 func DistinctFlows(flows []Flow, health []FlowHealth) int {
 	n, i := len(flows), 0
 	for k := range health {
+		if !health[k].Named() {
+			continue
+		}
 		id := health[k].ID
 		for i < len(flows) && flows[i].ID < id {
 			i++

@@ -230,10 +230,16 @@ func TestDecodeNodeHealthReadsEscapedFieldNames(t *testing.T) {
 
 func TestDistinctFlowsCountsEachIDOnce(t *testing.T) {
 	flows := []flowstate.Flow{{ID: 1}, {ID: 5}, {ID: 9}}
-	health := []flowstate.FlowHealth{{ID: 0}, {ID: 5}, {ID: 7}, {ID: 9}, {ID: 12}}
+	rows := func(id flowstate.FlowID) flowstate.FlowHealth {
+		return flowstate.FlowHealth{ID: id, Has: flowstate.HasProcessedRows}
+	}
+	health := []flowstate.FlowHealth{rows(0), rows(5), rows(7), rows(9), rows(12)}
 	assert.Equal(t, 6, flowstate.DistinctFlows(flows, health))
 	assert.Equal(t, 3, flowstate.DistinctFlows(flows, nil))
 	assert.Equal(t, 5, flowstate.DistinctFlows(nil, health))
+	// A flow named only by an empty error array is named nowhere.
+	empty := flowstate.FlowHealth{ID: 20, Has: flowstate.HasLastErrors, LastErrors: []flowstate.FlowError{}}
+	assert.Equal(t, 6, flowstate.DistinctFlows(flows, append(health, empty)))
 }
 
 // mergeBySort is MergeHealth's last_errors as the contract words it: every

@@ -123,10 +123,19 @@ bench: build nats-server
 # legitimate ack and get during the attack, exit code);
 # FLOWSTATE_E2E_WORKER=path runs them against another worker binary.
 # The whole log goes to bin/attack.txt.
+#
+# Then the attacks on limits, state and text that the packages' tests
+# reproduce (ATTACK_TESTS; docs/operating.md names each), and the stats
+# view on the fullest state the default limits allow (a benchmark, 3
+# rounds); their log goes to bin/attack-units.txt.
+ATTACK_TESTS := TestErrorsAreLimited|TestReplicaKeepsNoEncodedMessage|TestReplicaPipelineCountsErrorsInFlight|TestManagerKeepsNoClearedError|TestReplicasWithDifferentLimitsHoldOneState|TestAnUnnumberedReportKeepsTheRetiredEpochsAcrossRestarts|TestStaleReportsOn|TestAFlowNamedOnlyByAnEmptyErrorArrayCountsForNothing|TestDecodeNodeHealthRejectsBrokenV3Fields|TestMergeHealthKeepsWhatSortingEveryErrorKeeps|TestJetStreamReplacesAnEpochThatIsNoEpoch|TestSendEscapesTheEpochAndTheReasonItPrints|TestTerminalJSONEscapesControlsAndKeepsTheValue|TestWorkerDeadLetterHeadersAreEscapedAndCut|TestNodesViewIsTheSameFromEveryWorker|TestAStatsViewTooLargeForOneMessageIsRefusedBeforeItIsRendered|TestRepairErrorsSendsWhatTheWorkerTakes|TestSendRepairsErrorListsAndLogsOnce
 attack:
 	mkdir -p $(BIN)
 	FLOWSTATE_ATTACK=1 $(GO) test -count=1 -timeout 10m -v -run 'TestAttack' ./e2e/ >$(BIN)/attack.txt 2>&1; \
-		status=$$?; grep -E '^(--- |ok|FAIL)|FIGURES' $(BIN)/attack.txt; exit $$status
+		status=$$?; grep -E '^(--- |ok|FAIL)|FIGURES' $(BIN)/attack.txt; [ $$status -eq 0 ] || exit $$status; \
+	$(GO) test -count=1 -race -v -run '$(ATTACK_TESTS)' ./state/ ./flowstate/ ./kv/jetstream/ ./cmd/worker/ ./consumer/ ./client/ >$(BIN)/attack-units.txt 2>&1; \
+		status=$$?; grep -E '^(--- |ok|FAIL)' $(BIN)/attack-units.txt; [ $$status -eq 0 ] || exit $$status; \
+	$(GO) test -run '^$$' -bench 'StatsOfTheFullestDefaultState' -benchtime 3x ./consumer/ | tee -a $(BIN)/attack-units.txt | grep Benchmark
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeReport -fuzztime 10m ./codec/

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -39,6 +40,10 @@ type Options struct {
 	// the Client numbers every report it sends (see Report), so that a
 	// report delayed in the network never replaces a later one.
 	Unnumbered bool
+	// Logger receives the one line a Client logs: the first time it
+	// repairs a report's error list (RepairErrors). nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // WatchMode says how Watch follows the state.
@@ -87,6 +92,9 @@ type Client struct {
 	stateSubject string // <prefix>.state
 	deltaSubject string // <prefix>.state.delta
 	getSubject   string // <prefix>.state.get
+
+	log          *slog.Logger
+	repairLogged atomic.Bool // the first repair of an error list was logged
 }
 
 // New returns a Client that talks over nc, which stays the caller's to
@@ -112,6 +120,10 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 		hbPrefix:     opts.Prefix + ".heartbeat.",
 		stateSubject: opts.Prefix + ".state",
 		getSubject:   opts.Prefix + ".state.get",
+		log:          opts.Logger,
+	}
+	if c.log == nil {
+		c.log = slog.Default()
 	}
 	if !opts.Unnumbered {
 		c.epoch = newEpoch(time.Now())

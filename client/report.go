@@ -59,20 +59,22 @@ func (r Report) AppendMsgpack(dst []byte) []byte {
 	})
 }
 
-// Publish sends r, numbered (see Report), its error messages cut to
-// flowstate.MaxErrorMessage bytes, without asking for an
+// Publish sends r, numbered (see Report), its error lists repaired
+// (RepairErrors), without asking for an
 // acknowledgement. It returns once the connection has buffered the report:
 // it says nothing of whether a worker received or applied it (use Send for
 // that).
 func (c *Client) Publish(r Report) error {
-	if err := c.nc.Publish(c.HeartbeatSubject(r.NodeID), c.number(cutMessages(r)).AppendMsgpack(nil)); err != nil {
+	if err := c.nc.Publish(c.HeartbeatSubject(r.NodeID), c.number(c.repairErrors(r)).AppendMsgpack(nil)); err != nil {
 		return fmt.Errorf("client: publish report of node %d: %w", r.NodeID, err)
 	}
 	return nil
 }
 
-// Send sends r, numbered (see Report), its error messages cut to
-// flowstate.MaxErrorMessage bytes, as a request and returns once the
+// Send sends r, numbered (see Report), its error lists repaired
+// (RepairErrors: a message not UTF-8, empty or too long, or more than 3
+// errors for a flow, would have the worker refuse the whole report), as a
+// request and returns once the
 // worker has applied it, with the version of the state that includes it: a
 // Get that follows sees the report. A report the worker rejects returns a
 // *ServiceError whose Code is 400 and whose Reason says why; one it refuses
@@ -82,29 +84,7 @@ func (c *Client) Publish(r Report) error {
 // ErrNoWorker; on timeout, context.DeadlineExceeded (the report may then
 // still be applied; sending it again numbers it anew).
 func (c *Client) Send(ctx context.Context, r Report) (flowstate.Version, error) {
-	return c.sendBody(ctx, r.NodeID, c.number(cutMessages(r)).AppendMsgpack(nil))
-}
-
-// cutMessages returns r with every error message cut to
-// flowstate.MaxErrorMessage bytes at a character boundary, as PROTOCOL.md
-// has a client do before it sends (a worker refuses a longer one); r's
-// flows are copied first if one is cut, so that the caller's stay as given.
-func cutMessages(r Report) Report {
-	copied := false
-	for i := range r.Health.Flows {
-		for k, e := range r.Health.Flows[i].LastErrors {
-			cut := flowstate.CutMessage(e.Message)
-			if len(cut) == len(e.Message) {
-				continue
-			}
-			if !copied {
-				r.Health.Flows = r.Health.Clone().Flows
-				copied = true
-			}
-			r.Health.Flows[i].LastErrors[k].Message = cut
-		}
-	}
-	return r
+	return c.sendBody(ctx, r.NodeID, c.number(c.repairErrors(r)).AppendMsgpack(nil))
 }
 
 // number returns r as the Client sends it: unless unnumbered, with the

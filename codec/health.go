@@ -269,7 +269,7 @@ func (d *Decoder) joinHealth(r *Report) *DecodeError {
 	// Name the first flow over the limit.
 	n := len(r.Flows)
 	for k := range h.Flows {
-		if !inUnion(r.Flows, h.Flows[k].ID) {
+		if h.Flows[k].Named() && !inUnion(r.Flows, h.Flows[k].ID) {
 			if n++; n > d.MaxFlows {
 				f := &h.Flows[k]
 				name := fieldNames[fieldProcessedRows]

@@ -120,12 +120,14 @@ func TestDecodeCountsHealthFlowsTowardMaxFlows(t *testing.T) {
 	}{
 		{"processed_rows adds a flow", seed.Str("processed_rows").Map(1).Uint(3).Uint(1).Bytes(), "processed_rows[3]"},
 		{"last_errors adds a flow", node(3).Str("state_size").Map(2).Uint(1).Uint(1).Uint(2).Uint(1).
-			Str("last_errors").Map(1).Uint(3).Array(0).Bytes(), "last_errors[3]"},
+			Str("last_errors").Map(1).Uint(3).Array(1).errMap(1, "e").Bytes(), "last_errors[3]"},
+		{"an empty error array names no flow", node(3).Str("state_size").Map(2).Uint(1).Uint(1).Uint(2).Uint(1).
+			Str("last_errors").Map(1).Uint(3).Array(0).Bytes(), ""},
 		{"flows of the seed maps are not counted twice", node(3).Str("state_size").Map(2).Uint(1).Uint(1).Uint(2).Uint(1).
 			Str("processed_rows").Map(2).Uint(1).Uint(1).Uint(2).Uint(9).Bytes(), ""},
 		{"a health map alone over the limit", node(2).Str("processed_rows").Map(3).Uint(1).Uint(1).Uint(2).Uint(1).Uint(3).Uint(1).Bytes(), "processed_rows"},
 		{"two health maps over the limit together", node(3).Str("processed_rows").Map(2).Uint(1).Uint(1).Uint(2).Uint(1).
-			Str("last_errors").Map(1).Uint(3).Array(0).Bytes(), "last_errors[3]"},
+			Str("last_errors").Map(1).Uint(3).Array(1).errMap(1, "e").Bytes(), "last_errors[3]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

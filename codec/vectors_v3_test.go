@@ -294,11 +294,12 @@ func storedInputs() []storedCase {
 			e = *epoch
 		}
 		c := storedCase{Name: name, Valid: true, Flows: toVFlows(flows), JSON: string(flowstate.AppendNodeJSON(nil, flows, e, epoch != nil, &h))}
-		if epoch != nil && h.IsV3() {
+		stored := h.IsV3() || len(h.RetiredEpochs) > 0 // a value without v3 fields keeps its retired epochs
+		if epoch != nil && stored {
 			c.NodeEpoch = u64s(e)
 		}
 		vh := toVHealth(&h)
-		if !h.IsV3() {
+		if !stored {
 			vh = vHealth{}
 		}
 		c.Health = &vh
@@ -332,7 +333,16 @@ func storedInputs() []storedCase {
 		bad("a flow id with a leading zero", `,"processed_rows":{"01":1}}`),
 		bad("a flow named twice", `,"processed_rows":{"1":1,"1":2}}`),
 		bad("a negative seq", `,"seq":-1}`),
-		bad("more than 8 retired epochs", `,"seq":1,"retired_epochs":[1,2,3,4,5,6,7,8,9]}`),
+		v("no v3 field, the node's retired epochs kept", []flowstate.Flow{sizeFlow(1, 1024)}, &epoch,
+			flowstate.Health{RetiredEpochs: []uint64{1, 2}}),
+		v("no v3 field and no node_epoch, a retired epoch kept", nil, nil, flowstate.Health{RetiredEpochs: []uint64{epoch}}),
+		bad("more than 8 retired epochs", `,"node_epoch":10,"seq":1,"retired_epochs":[1,2,3,4,5,6,7,8,9]}`),
+		bad("a retired epoch twice", `,"node_epoch":10,"seq":1,"retired_epochs":[1,1]}`),
+		bad("its own node_epoch among the retired", `,"node_epoch":10,"seq":1,"retired_epochs":[10]}`),
+		bad("seq without node_epoch", `,"processed_rows":{"1":1},"seq":5}`),
+		bad("seq twice", `,"node_epoch":10,"seq":1,"seq":5}`),
+		bad("a null error list", `,"last_errors":{"1":null}}`),
+		bad("a lone surrogate escape", `,"last_errors":{"1":[{"time":1,"message":"a\ud800"}]}}`),
 	}
 }
 

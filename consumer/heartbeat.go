@@ -113,8 +113,8 @@ func (w *Worker) deadLetter(msg *nats.Msg, v verdict) {
 	}
 	dl := &nats.Msg{Subject: w.cfg.DeadLetterSubject, Data: msg.Data, Header: nats.Header{
 		protocol.HeaderRejectKind:    []string{v.kind},
-		protocol.HeaderRejectError:   []string{cutReason(v.reason)},
-		protocol.HeaderRejectSubject: []string{msg.Subject},
+		protocol.HeaderRejectError:   []string{echoHeader(v.reason, maxReasonEcho)},
+		protocol.HeaderRejectSubject: []string{echoHeader(cutToken(msg.Subject), maxReasonEcho)},
 	}}
 	if err := w.nc.PublishMsg(dl); err != nil {
 		w.logThrottled(slog.LevelWarn, "dead-letter publish failed", slog.String("subject", w.cfg.DeadLetterSubject), slog.Any("err", err))

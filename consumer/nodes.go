@@ -127,17 +127,19 @@ func (c *nodesEncoding) body(asJSON bool) []byte {
 	return c.msgpack
 }
 
-// encodeNodes encodes nodes, with each node's epoch, into c.
+// encodeNodes encodes nodes, with the node_epoch the state holds for each,
+// into c.
 func (w *Worker) encodeNodes(c *nodesEncoding, nodes []state.NodeInfo, asJSON bool) error {
 	view := make([]NodeView, len(nodes))
-	w.epochsMu.Lock()
 	for i, n := range nodes {
 		view[i] = NodeView{NodeID: n.ID, LastReport: n.LastReport.UnixMilli(), Flows: n.Flows}
-		if e, ok := w.epochs[n.ID]; ok {
+		if n.HasNodeEpoch {
+			// The state's, not what this worker saw: every worker shows
+			// the same at one revision.
+			e := n.NodeEpoch
 			view[i].NodeEpoch = &e
 		}
 	}
-	w.epochsMu.Unlock()
 	if !asJSON {
 		c.msgpack = codec.AppendNodes(make([]byte, 0, codec.MinNodesLen(len(view))), view)
 		return nil

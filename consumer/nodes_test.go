@@ -14,6 +14,7 @@ import (
 	"github.com/flowstate-io/flowstate/codec"
 	"github.com/flowstate-io/flowstate/consumer"
 	"github.com/flowstate-io/flowstate/flowstate"
+	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
 	"github.com/flowstate-io/flowstate/state"
 )
@@ -85,4 +86,44 @@ func TestStatsReportTheStateAndReadiness(t *testing.T) {
 	assert.Equal(t, 2, s.Flows)
 	assert.NotZero(t, s.AggregateBytes)
 	assert.EqualValues(t, 1, s.Applied)
+}
+
+// nodesOf asks prefix's nodes view in JSON.
+func nodesOf(t *testing.T, nc *nats.Conn, prefix string) []consumer.NodeView {
+	t.Helper()
+	req := nats.NewMsg(prefix + ".state.nodes")
+	req.Header.Set("Accept", "application/json")
+	msg, err := nc.RequestMsg(req, wait)
+	require.NoError(t, err)
+	require.Empty(t, msg.Header.Get("Nats-Service-Error"))
+	var view []consumer.NodeView
+	require.NoError(t, json.Unmarshal(msg.Data, &view))
+	return view
+}
+
+// The nodes view's node_epoch is the state's: a worker that did not take
+// the node's report shows what the one that took it shows, at one
+// revision (two workers on one store, each with a prefix of its own so
+// that the test asks each).
+func TestNodesViewIsTheSameFromEveryWorker(t *testing.T) {
+	srv := startServer(t, nil)
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	ra, rb := startReplica(t, mem, 8), startReplica(t, mem, 8)
+	a := startSharedOn(t, srv, ra, consumer.Config{Prefix: "a", PublishInterval: 0})
+	startSharedOn(t, srv, rb, consumer.Config{Prefix: "b", PublishInterval: 0})
+	body := codec.AppendReport(nil, &codec.Report{NodeID: 3, NodeEpoch: 42, HasNodeEpoch: true,
+		Flows: []flowstate.Flow{flow(1, 1, 1)}, Health: flowstate.Health{HasSeq: true, Seq: 1}})
+	msg, err := a.nc.Request("a.heartbeat.3", body, wait)
+	require.NoError(t, err)
+	require.Empty(t, msg.Header.Get("Nats-Service-Error"))
+	require.NoError(t, rb.Sync(t.Context()))
+	require.NoError(t, ra.Sync(t.Context()))
+	va, vb := nodesOf(t, a.nc, "a"), nodesOf(t, a.nc, "b")
+	require.Len(t, vb, 1)
+	require.NotNil(t, vb[0].NodeEpoch, "the worker that did not take the report")
+	assert.Equal(t, uint64(42), *vb[0].NodeEpoch)
+	for i := range va {
+		va[i].LastReport, vb[i].LastReport = 0, 0 // each worker's clock
+	}
+	assert.Equal(t, va, vb)
 }

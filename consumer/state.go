@@ -29,6 +29,9 @@ type State interface {
 	// ErrorBytes returns the bytes of error messages (v3 last_errors) the
 	// state holds over all nodes.
 	ErrorBytes() int
+	// Errors returns the number of errors (v3 last_errors) the state
+	// holds over all nodes.
+	Errors() int
 	// Stats returns the flow stats (the stats view of a get) at one
 	// version.
 	Stats(ctx context.Context) (state.Stats, error)

@@ -48,6 +48,7 @@ type Stats struct {
 	Revision       uint64 // current revision
 	Nodes, Flows   int    // nodes and flows in the aggregate
 	ErrorBytes     int    // bytes of error messages the nodes' health holds (protocol v3, --max-error-bytes)
+	Errors         int    // errors the nodes' health holds (protocol v3, --max-errors)
 	AggregateBytes int    // size of the msgpack aggregate at the last get or update, fitting the max payload or not
 }
 

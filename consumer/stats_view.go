@@ -39,13 +39,23 @@ func (w *Worker) serveStats(req micro.Request, asJSON, chunked bool) error {
 		return err
 	}
 	h := versionHeader(s.Version)
+	// A view too large for one message is refused from its length, before
+	// any of it is rendered.
 	if asJSON {
 		h.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
-		return w.respondWhole(req, h, flowstate.AppendStatsJSON(nil, s.Flows, s.Health))
+		n := flowstate.StatsJSONLen(s.Flows, s.Health)
+		if err := w.fitsWhole(h, n); err != nil {
+			return err
+		}
+		return w.respondWhole(req, h, flowstate.AppendStatsJSON(make([]byte, 0, n), s.Flows, s.Health))
 	}
 	h.Set(protocol.HeaderContentType, protocol.ContentTypeMsgpack)
 	if !chunked {
-		return w.respondWhole(req, h, codec.AppendStats(make([]byte, 0, codec.StatsLen(s.Flows, s.Health)), s.Flows, s.Health))
+		n := codec.StatsLen(s.Flows, s.Health)
+		if err := w.fitsWhole(h, n); err != nil {
+			return err
+		}
+		return w.respondWhole(req, h, codec.AppendStats(make([]byte, 0, n), s.Flows, s.Health))
 	}
 	return w.serveStatsChunks(req, h, s)
 }
@@ -53,10 +63,19 @@ func (w *Worker) serveStats(req micro.Request, asJSON, chunked bool) error {
 // respondWhole answers req with body in one message, or 413 past the
 // connection's max payload.
 func (w *Worker) respondWhole(req micro.Request, h nats.Header, body []byte) error {
-	if int64(len(body)+headerSize(h)) > w.nc.MaxPayload() {
-		return &tooLargeError{size: len(body), max: w.nc.MaxPayload()}
+	if err := w.fitsWhole(h, len(body)); err != nil {
+		return err
 	}
 	return req.Respond(body, micro.WithHeaders(micro.Headers(h)))
+}
+
+// fitsWhole returns the 413 of a body of n bytes that does not fit one
+// message with headers h, or nil.
+func (w *Worker) fitsWhole(h nats.Header, n int) error {
+	if int64(n+headerSize(h)) > w.nc.MaxPayload() {
+		return &tooLargeError{size: n, max: w.nc.MaxPayload()}
+	}
+	return nil
 }
 
 // serveStatsChunks answers with the stats view in chunks of ascending flow

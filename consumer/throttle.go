@@ -3,7 +3,9 @@ package consumer
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -67,4 +69,38 @@ func cut(s string, n int) string {
 		n--
 	}
 	return s[:n] + ellipsis
+}
+
+// echoHeader returns outside text s for a header another program shows:
+// cut to n bytes (cut), then every character a terminal would act on
+// (controls, bidi and other format characters, separators) and every byte
+// that is not UTF-8 written as a Go escape, \x1b or \u202e.
+func echoHeader(s string, n int) string {
+	s = cut(s, n)
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !unicode.IsGraphic(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			b.WriteString(`\x`)
+			b.WriteString(strconv.FormatUint(uint64(s[i])>>4, 16) + strconv.FormatUint(uint64(s[i])&0xf, 16))
+		case unicode.IsGraphic(r):
+			b.WriteString(s[i : i+size])
+		default:
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
 }

@@ -260,6 +260,7 @@ func (w *Worker) Stats() Stats {
 	s := w.stats.snapshot()
 	s.Nodes, s.Flows = w.mgr.Size()
 	s.ErrorBytes = w.mgr.ErrorBytes()
+	s.Errors = w.mgr.Errors()
 	if v, err := w.mgr.Version(context.Background()); err == nil {
 		s.Revision = v.Revision
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -276,4 +278,27 @@ func TestModesAreTypes(t *testing.T) {
 	assert.False(t, reflect.TypeFor[*state.Manager]().Implements(shared))
 	assert.True(t, reflect.TypeFor[*state.Replica]().Implements(shared))
 	assert.False(t, reflect.TypeFor[*state.Replica]().Implements(local), "consumer.New(nc, replica, cfg) must not compile")
+}
+
+// A client's subject and the reason are outside text: the dead-letter
+// headers carry them cut and escaped, so that no tool that shows them
+// prints a terminal control.
+func TestWorkerDeadLetterHeadersAreEscapedAndCut(t *testing.T) {
+	f := startWorker(t, startServer(t, nil), consumer.Config{PublishInterval: consumer.DefaultPublishInterval, DeadLetterSubject: "flow.rejected"})
+	dead, err := f.nc.SubscribeSync("flow.rejected")
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Flush())
+	hostile := "flow.heartbeat.\x1b]0;pwned\x07\u202e\u009b" + strings.Repeat("9", 3000)
+	require.NoError(t, f.nc.Publish(hostile, report(8, flow(1, 1, 1))))
+	msg, err := dead.NextMsg(wait)
+	require.NoError(t, err)
+	for _, h := range []string{protocol.HeaderRejectSubject, protocol.HeaderRejectError} {
+		v := msg.Header.Get(h)
+		assert.NotEmpty(t, v, h)
+		assert.LessOrEqual(t, len(v), 600, "%s is cut: %d bytes", h, len(v))
+		for _, r := range v {
+			assert.True(t, unicode.IsGraphic(r), "%s holds %U: %q", h, r, v)
+		}
+	}
+	assert.True(t, strings.HasPrefix(msg.Header.Get(protocol.HeaderRejectSubject), `flow.heartbeat.\x1b]0;pwned\a\u202e\u009b999`), msg.Header.Get(protocol.HeaderRejectSubject))
 }

@@ -59,8 +59,10 @@ func (h *Health) IsV3() bool {
 	return h != nil && (h.HasProcessedRows || h.HasLastErrors || h.HasSeq)
 }
 
-// Reset empties h, keeping its capacity.
+// Reset empties h, keeping its capacity but none of its errors: the flows
+// it held no longer reference their messages.
 func (h *Health) Reset() {
+	clear(h.Flows)
 	*h = Health{Flows: h.Flows[:0], RetiredEpochs: h.RetiredEpochs[:0]}
 }
 
@@ -143,6 +145,36 @@ func (h *Health) Clone() *Health {
 	return &c
 }
 
+// Named reports whether f names its flow: a flow named only by an empty
+// last_errors array is named nowhere (PROTOCOL.md v3, report fields).
+func (f *FlowHealth) Named() bool {
+	return f.Has&HasProcessedRows != 0 || len(f.LastErrors) > 0
+}
+
+// WithoutUnnamed returns h without the flows that it names only by an
+// empty error array: h itself when it has none, else a copy.
+func (h *Health) WithoutUnnamed() *Health {
+	if h == nil {
+		return nil
+	}
+	k := 0
+	for k < len(h.Flows) && h.Flows[k].Named() {
+		k++
+	}
+	if k == len(h.Flows) {
+		return h
+	}
+	c := *h
+	c.Flows = make([]FlowHealth, k, len(h.Flows)-1)
+	copy(c.Flows, h.Flows[:k])
+	for i := k + 1; i < len(h.Flows); i++ {
+		if h.Flows[i].Named() {
+			c.Flows = append(c.Flows, h.Flows[i])
+		}
+	}
+	return &c
+}
+
 // ErrorCount is the number of errors flows hold.
 func ErrorCount(flows []FlowHealth) int {
 	n := 0
@@ -172,11 +204,15 @@ func AppendFlowHealth(dst []FlowHealth, errs []FlowError, src []FlowHealth) ([]F
 
 // DistinctFlows counts the flow ids named by flows and by health, both
 // sorted by ID: the flows a report or a stored value names across all its
-// maps, as --max-flows and --max-total-flows count them. Linear, no
+// maps, as --max-flows and --max-total-flows count them (a flow named only
+// by an empty error array is named nowhere: FlowHealth.Named). Linear, no
 // allocation.
 func DistinctFlows(flows []Flow, health []FlowHealth) int {
 	n, i := len(flows), 0
 	for k := range health {
+		if !health[k].Named() {
+			continue
+		}
 		id := health[k].ID
 		for i < len(flows) && flows[i].ID < id {
 			i++

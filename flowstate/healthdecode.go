@@ -24,8 +24,10 @@ var v3Names = [...]string{"processed_rows", "last_errors", "node_epoch", "seq", 
 // names (and escapes) and leaves h empty. Any break returns an error wrapping
 // ErrInvalidValue, and h empty.
 //
-// It reads with encoding/json: a v3 field named twice keeps its last value,
-// and an escaped lone surrogate in a message reads as U+FFFD.
+// It reads with encoding/json, and refuses what serde_json would: a field
+// named twice, an escaped lone surrogate in a message. It refuses too what
+// no report could carry: a null error list, a seq without node_epoch, a
+// retired epoch twice or equal to the value's node_epoch.
 func DecodeNodeHealth(data []byte, h *Health) (nodeEpoch uint64, hasEpoch bool, err error) {
 	h.Reset()
 	// A field name may be written with escapes: then read the value whole.
@@ -56,6 +58,11 @@ func decodeNodeHealth(data []byte, h *Health) (uint64, bool, error) {
 	if err := json.Unmarshal(data, &fields); err != nil {
 		return 0, false, healthError("not an object: " + err.Error())
 	}
+	// encoding/json keeps the last of a field named twice: count them, as
+	// serde_json refuses one.
+	if n, err := countKeys(data); err != nil || n != len(fields) {
+		return 0, false, healthError("a field named twice")
+	}
 	present := func(name string) (json.RawMessage, bool) {
 		raw, ok := fields[name]
 		return raw, ok && string(raw) != "null"
@@ -76,6 +83,9 @@ func decodeNodeHealth(data []byte, h *Health) (uint64, bool, error) {
 		}
 		h.Seq, h.HasSeq = v, true
 	}
+	if h.HasSeq && !hasEpoch {
+		return 0, false, healthError("seq without node_epoch")
+	}
 	if raw, ok := present("retired_epochs"); ok {
 		var list []json.RawMessage
 		if err := json.Unmarshal(raw, &list); err != nil {
@@ -88,6 +98,9 @@ func decodeNodeHealth(data []byte, h *Health) (uint64, bool, error) {
 			v, err := strconv.ParseUint(string(e), 10, 64)
 			if err != nil {
 				return 0, false, healthError("retired_epochs: not a uint64")
+			}
+			if slices.Contains(h.RetiredEpochs, v) || hasEpoch && v == epoch {
+				return 0, false, healthError("retired_epochs: a value twice, or the value's own node_epoch")
 			}
 			h.RetiredEpochs = append(h.RetiredEpochs, v)
 		}
@@ -134,6 +147,9 @@ func decodeNodeHealth(data []byte, h *Health) (uint64, bool, error) {
 			}
 			path := "last_errors[" + k + "]"
 			var errs []map[string]json.RawMessage
+			if string(list) == "null" {
+				return 0, false, healthError(path + ": null, not an array of errors")
+			}
 			if err := json.Unmarshal(list, &errs); err != nil {
 				return 0, false, healthError(path + ": not an array of errors")
 			}
@@ -153,6 +169,62 @@ func decodeNodeHealth(data []byte, h *Health) (uint64, bool, error) {
 	}
 	slices.SortFunc(h.Flows, func(a, b FlowHealth) int { return cmpID(a.ID, b.ID) })
 	return epoch, hasEpoch, nil
+}
+
+// countKeys counts the keys of the JSON object raw, each time it names
+// one.
+func countKeys(raw []byte) (int, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // '{'
+		return 0, err
+	}
+	n := 0
+	for dec.More() {
+		if _, err := dec.Token(); err != nil {
+			return 0, err
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// loneSurrogate reports whether the JSON string literal raw holds an
+// escaped UTF-16 surrogate that is not half of a pair: serde_json refuses
+// it, encoding/json would read it as U+FFFD.
+func loneSurrogate(raw []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 32)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // a short escape: skip the escaped byte
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if low, ok := hex4(i + 6); !ok || low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		default:
+			i += 5
+		}
+	}
+	return false
 }
 
 // rawMap reads a map of flow id to raw value, refusing a key named twice.
@@ -201,6 +273,9 @@ func storedError(e map[string]json.RawMessage) (FlowError, string) {
 	}
 	if !utf8.Valid(rm) {
 		return FlowError{}, "message not UTF-8"
+	}
+	if loneSurrogate(rm) {
+		return FlowError{}, "message with a lone surrogate escape"
 	}
 	var msg string
 	if err := json.Unmarshal(rm, &msg); err != nil {

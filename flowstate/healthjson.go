@@ -4,16 +4,17 @@ import "strconv"
 
 // AppendNodeJSON appends the stored form of a node's value to dst
 // (PROTOCOL.md, state store layout). Without a v3 report field (h.IsV3
-// false) it is AppendJSON's, byte for byte. Otherwise it is that object
-// followed by processed_rows and last_errors (flow ids as strings, each
-// error as {"time":...,"message":"..."}), node_epoch, seq and
-// retired_epochs (oldest first), each only when present, retired_epochs
-// only when not empty, e.g.
+// false) and without retired epochs it is AppendJSON's, byte for byte.
+// Otherwise it is that object followed by processed_rows and last_errors
+// (flow ids as strings, each error as {"time":...,"message":"..."}),
+// node_epoch, seq and retired_epochs (oldest first), each only when
+// present, seq only with a node_epoch, retired_epochs only when not empty,
+// e.g.
 // {"state_size":{"1":1024},"last_exec_time_map":{},"start_time_map":{},"processed_rows":{"1":52000},"node_epoch":1700000000000,"seq":41}.
 // Messages are escaped as serde_json escapes a string.
 func AppendNodeJSON(dst []byte, flows []Flow, nodeEpoch uint64, hasEpoch bool, h *Health) []byte {
 	dst = AppendJSON(dst, flows)
-	if !h.IsV3() {
+	if !h.IsV3() && (h == nil || len(h.RetiredEpochs) == 0) {
 		return dst
 	}
 	dst = dst[:len(dst)-1] // the closing '}'
@@ -54,7 +55,7 @@ func AppendNodeJSON(dst []byte, flows []Flow, nodeEpoch uint64, hasEpoch bool, h
 		dst = append(dst, `,"node_epoch":`...)
 		dst = strconv.AppendUint(dst, nodeEpoch, 10)
 	}
-	if h.HasSeq {
+	if h.HasSeq && hasEpoch {
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendUint(dst, h.Seq, 10)
 	}
@@ -120,4 +121,20 @@ func AppendJSONString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// JSONStringLen is the length of AppendJSONString's encoding of s, quotes
+// included, without encoding it.
+func JSONStringLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 0x20 && c != '"' && c != '\\':
+		case c == '"', c == '\\', c == '\b', c == '\f', c == '\n', c == '\r', c == '\t':
+			n++
+		default:
+			n += 5 // \u00xx
+		}
+	}
+	return n
 }

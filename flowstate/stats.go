@@ -1,7 +1,6 @@
 package flowstate
 
 import (
-	"cmp"
 	"slices"
 	"strconv"
 )
@@ -39,14 +38,30 @@ type NodeHealth struct {
 // last_errors only with at least one error. nodes may be in any order; nil
 // Healths are skipped.
 func MergeHealth(dst []FlowStats, nodes []NodeHealth) []FlowStats {
+	// Each flow keeps its MaxFlowErrors best candidates as they come, in
+	// order: the cost is linear in the errors, and nothing is sorted but
+	// the flows.
 	type candidate struct {
-		id    FlowID
 		node  uint64
 		order int
 		err   FlowError
 	}
+	type top struct {
+		n int
+		c [MaxFlowErrors]candidate
+	}
+	before := func(a, b *candidate) bool {
+		if a.err.Time != b.err.Time {
+			return a.err.Time > b.err.Time
+		}
+		if a.node != b.node {
+			return a.node < b.node
+		}
+		return a.order < b.order
+	}
 	out := dst[:0]
-	var errs []candidate
+	var tops []top
+	kept := 0
 	index := make(map[FlowID]int)
 	for _, n := range nodes {
 		if n.Health == nil {
@@ -59,6 +74,7 @@ func MergeHealth(dst []FlowStats, nodes []NodeHealth) []FlowStats {
 				k = len(out)
 				index[f.ID] = k
 				out = append(out, FlowStats{ID: f.ID})
+				tops = append(tops, top{})
 			}
 			s := &out[k]
 			if f.Has&HasProcessedRows != 0 {
@@ -67,21 +83,36 @@ func MergeHealth(dst []FlowStats, nodes []NodeHealth) []FlowStats {
 				}
 				s.Has |= HasProcessedRows
 			}
+			t := &tops[k]
 			for o, e := range f.LastErrors {
-				errs = append(errs, candidate{id: f.ID, node: n.NodeID, order: o, err: e})
+				c := candidate{node: n.NodeID, order: o, err: e}
+				if t.n == MaxFlowErrors && !before(&c, &t.c[MaxFlowErrors-1]) {
+					continue
+				}
+				j := min(t.n, MaxFlowErrors-1)
+				for ; j > 0 && before(&c, &t.c[j-1]); j-- {
+					t.c[j] = t.c[j-1]
+				}
+				t.c[j] = c
+				if t.n < MaxFlowErrors {
+					t.n++
+					kept++
+				}
 			}
 		}
 	}
-	slices.SortFunc(errs, func(a, b candidate) int {
-		return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(b.err.Time, a.err.Time),
-			cmp.Compare(a.node, b.node), cmp.Compare(a.order, b.order))
-	})
-	for _, c := range errs {
-		s := &out[index[c.id]]
-		if len(s.LastErrors) < MaxFlowErrors {
-			s.LastErrors = append(s.LastErrors, StatsError{Time: c.err.Time, NodeID: c.node, Message: c.err.Message})
-			s.Has |= HasLastErrors
+	all := make([]StatsError, 0, kept) // every flow's errors in one array
+	for k := range out {
+		t := &tops[k]
+		if t.n == 0 {
+			continue
 		}
+		start := len(all)
+		for _, c := range t.c[:t.n] {
+			all = append(all, StatsError{Time: c.err.Time, NodeID: c.node, Message: c.err.Message})
+		}
+		out[k].LastErrors = all[start:len(all):len(all)]
+		out[k].Has |= HasLastErrors
 	}
 	// A flow named only in last_errors with no error contributes nothing.
 	out = slices.DeleteFunc(out, func(s FlowStats) bool { return s.Has == 0 })
@@ -154,3 +185,66 @@ func (v StatsView) AppendJSON(dst []byte) []byte { return AppendStatsJSON(dst, v
 // worker's bytes do not: call AppendJSON (or this method) for the worker's
 // bytes.
 func (v StatsView) MarshalJSON() ([]byte, error) { return v.AppendJSON(nil), nil }
+
+// StatsJSONLen is the length of AppendStatsJSON's encoding of flows and
+// stats, computed without rendering it: a view too large for one message
+// is refused before any of it is written.
+func StatsJSONLen(flows []Flow, stats []FlowStats) int {
+	n := len(`{"state_size":{},"last_exec_time_map":{},"start_time_map":{},"processed_rows":{},"last_errors":{}}`)
+	var entries [3]int
+	for i := range flows {
+		f := &flows[i]
+		key := keyLen(f.ID)
+		if f.Has&HasStateSize != 0 {
+			n += key + uintLen(f.StateSize)
+			entries[0]++
+		}
+		if f.Has&HasLastExecTime != 0 {
+			n += key + intLen(f.LastExecTime)
+			entries[1]++
+		}
+		if f.Has&HasStartTime != 0 {
+			n += key + intLen(f.StartTime)
+			entries[2]++
+		}
+	}
+	rows, errFlows := 0, 0
+	for i := range stats {
+		s := &stats[i]
+		if s.Has&HasProcessedRows != 0 {
+			n += keyLen(s.ID) + uintLen(s.ProcessedRows)
+			rows++
+		}
+		if s.Has&HasLastErrors == 0 || len(s.LastErrors) == 0 {
+			continue
+		}
+		n += keyLen(s.ID) + len(`[]`) + len(s.LastErrors) - 1
+		for _, e := range s.LastErrors {
+			n += len(`{"time":,"node_id":,"message":}`) + intLen(e.Time) + uintLen(e.NodeID) + JSONStringLen(e.Message)
+		}
+		errFlows++
+	}
+	for _, k := range [...]int{entries[0], entries[1], entries[2], rows, errFlows} {
+		n += max(k-1, 0) // commas between entries
+	}
+	return n
+}
+
+// keyLen is the length of appendKey's "id": without its comma.
+func keyLen(id FlowID) int { return uintLen(uint64(id)) + len(`"":`) }
+
+func uintLen(v uint64) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
+}
+
+func intLen(v int64) int {
+	if v < 0 {
+		return 1 + uintLen(uint64(-(v+1))+1)
+	}
+	return uintLen(uint64(v))
+}

@@ -89,10 +89,11 @@
 // Whoever wrote a node's value (a worker, an operator, a bug), the watch
 // applies it by one rule that depends on the value alone, the same live
 // and loading (PROTOCOL.md, "What a worker applies from a shared store"): a
-// FlowStateValue by serde_json's rules naming at most MaxReportFlows flows
-// in all its maps is the node's report, anything else is no value (the node is absent, as
-// if its key were deleted), and a key that is not NodeKey of a node is
-// ignored; StoreRefusals counts them. The limits are the writer's: a state
+// FlowStateValue by serde_json's rules, its v3 fields by a report's, is
+// the node's report, anything else is no value (the node is absent, as if
+// its key were deleted), and a key that is not NodeKey of a node is
+// ignored; StoreRefusals counts them. No flag of the reader takes part:
+// workers with other limits hold one state. The limits are the writer's: a state
 // past them, written from outside, is served as it is, and a report that
 // would grow it further is refused. The aggregate key holds the served
 // aggregate or nothing: while its JSON does not fit one value of the store,

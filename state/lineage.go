@@ -57,31 +57,36 @@ type lineage struct {
 }
 
 // after is the lineage of a node once rep is applied, prev being the one
-// before (nil: the node held no report): rep's node_epoch and seq, and the
-// retired node_epochs, with prev's retired if rep changes it, less rep's if
-// it comes back.
+// before (nil: the node held no report): rep's node_epoch and seq (a seq
+// only with a node_epoch: alone it orders nothing), and the retired
+// node_epochs, with prev's retired if rep changes it, less rep's if it
+// comes back.
 //
-// A report without v3 fields leaves no lineage: it is stored as GreptimeDB's
-// value alone, without node_epoch or retired epochs, and every state holds
-// what the store can hold, so that both backends and every worker judge the
-// node's next report alike.
+// Every state holds what the store can hold, so that both backends and
+// every worker judge the node's next report alike, and a report without v3
+// fields is stored as GreptimeDB's value alone unless the node has
+// node_epochs to remember as retired: then its lineage is its node_epoch
+// (if any) and those, and otherwise none. So no unnumbered report erases
+// the node's earlier processes.
 func (prev *lineage) after(rep *Report) lineage {
-	if !rep.carriesV3() {
-		return lineage{}
-	}
-	seq, hasSeq := rep.seq()
-	next := lineage{epoch: rep.NodeEpoch, hasEpoch: rep.HasNodeEpoch, seq: seq, hasSeq: hasSeq}
-	if prev == nil {
-		return next
-	}
-	next.retired = prev.retired
-	if prev.hasEpoch && (!rep.HasNodeEpoch || rep.NodeEpoch != prev.epoch) {
-		next.retired = retire(next.retired, prev.epoch)
-	}
+	var next lineage
 	if rep.HasNodeEpoch {
-		if i := slices.Index(next.retired, rep.NodeEpoch); i >= 0 {
-			next.retired = slices.Delete(slices.Clone(next.retired), i, i+1) // it comes back
+		next.epoch, next.hasEpoch = rep.NodeEpoch, true
+		next.seq, next.hasSeq = rep.seq()
+	}
+	if prev != nil {
+		next.retired = prev.retired
+		if prev.hasEpoch && (!rep.HasNodeEpoch || rep.NodeEpoch != prev.epoch) {
+			next.retired = retire(next.retired, prev.epoch)
 		}
+		if rep.HasNodeEpoch {
+			if i := slices.Index(next.retired, rep.NodeEpoch); i >= 0 {
+				next.retired = slices.Delete(slices.Clone(next.retired), i, i+1) // it comes back
+			}
+		}
+	}
+	if !rep.carriesV3() && len(next.retired) == 0 {
+		return lineage{} // stored byte for byte: GreptimeDB's value alone
 	}
 	return next
 }

@@ -59,23 +59,27 @@ type Manager struct {
 	rev       uint64 // revision of the state in epoch; 0: nothing applied since the epoch began
 	agg       *Aggregate
 	deltaBase uint64 // revision of the last Delta taken in epoch; 0: none
-	// errorBytes is the bytes of error messages the nodes' health holds.
-	errorBytes int
+	// errors is the errors the nodes' health holds: their bytes and
+	// number.
+	errors errorLoad
 }
 
 // nodeMeta is what a Manager keeps of a node beside its report.
 type nodeMeta struct {
-	seen    time.Time // when its last report was applied
-	lineage lineage   // its processes, for the stale rule
+	seen time.Time // when its last report was applied
+	// nodeEpoch is its last report's node_epoch, if hasNodeEpoch.
+	nodeEpoch    uint64
+	hasNodeEpoch bool
+	lineage      lineage // its processes, for the stale rule
 	// health is its flows' health (nil: none), in one of bufs; the next
 	// report's health is copied into the other, so that the aggregate
 	// compares the two lists and a report allocates nothing once the
 	// buffers have grown. A reader copies health under the lock.
 	health *flowstate.Health
 	bufs   [2]healthBuf
-	// errorBytes is health's bytes of error messages: counted once, when
-	// the report is taken, not again from cold memory at the next one.
-	errorBytes int
+	// errors is health's errors: counted once, when the report is taken,
+	// not again from cold memory at the next one.
+	errors errorLoad
 }
 
 // spare returns the buffer that health is not in.
@@ -84,6 +88,17 @@ func (m *nodeMeta) spare() *healthBuf {
 		return &m.bufs[1]
 	}
 	return &m.bufs[0]
+}
+
+// dropSpare lets go of the messages of the buffers health is not in (both
+// when health is nil): no copy of an error outlives the state's holding
+// it.
+func (m *nodeMeta) dropSpare() {
+	for i := range m.bufs {
+		if m.health != &m.bufs[i].h {
+			m.bufs[i].drop(m.health)
+		}
+	}
 }
 
 // NewManager returns an empty Manager at a new epoch.
@@ -133,16 +148,18 @@ func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	if meta == nil {
 		meta = &nodeMeta{}
 	}
-	oldErrors, newErrors := meta.errorBytes, health.ErrorBytes()
-	if err := checkErrorBytes(m.errorBytes, oldErrors, newErrors, m.opts.Limits.MaxErrorBytes); err != nil {
+	oldErrors, newErrors := meta.errors, loadOf(health)
+	if err := checkErrors(m.errors, oldErrors, newErrors, m.opts.Limits); err != nil {
 		return MergeResult{}, err
 	}
-	kept := meta.spare().keep(rep.Health)
-	m.errorBytes += newErrors - oldErrors
+	kept := meta.spare().keep(health)
+	m.errors = m.errors.plus(newErrors).minus(oldErrors)
 	next := held.after(&rep)
 	n, changed := m.agg.applyNode(nodeID, n, flows, healthFlows(kept))
 	n.meta = meta
-	meta.lineage, meta.health, meta.errorBytes = next, kept, newErrors
+	meta.lineage, meta.health, meta.errors = next, kept, newErrors
+	meta.nodeEpoch, meta.hasNodeEpoch = rep.NodeEpoch, rep.HasNodeEpoch
+	meta.dropSpare() // the health the report replaced: nothing reads it now
 	if m.rev == 0 {
 		// The epoch's first report creates the aggregate, even an empty one:
 		// GreptimeDB's get turns from None to Some and its key is written.
@@ -202,7 +219,10 @@ func (m *Manager) Delta(_ context.Context, dst []flowstate.Flow) (Delta, error) 
 // the version of the state. It holds the lock only to copy them.
 func (m *Manager) Nodes(context.Context) ([]NodeInfo, flowstate.Version, error) {
 	m.mu.Lock()
-	out := copyNodes(m.agg, func(id uint64) time.Time { return m.agg.nodes[id].meta.seen })
+	out := copyNodes(m.agg, func(n *NodeInfo) {
+		meta := m.agg.nodes[n.ID].meta
+		n.LastReport, n.NodeEpoch, n.HasNodeEpoch = meta.seen, meta.nodeEpoch, meta.hasNodeEpoch
+	})
 	v := m.versionLocked()
 	m.mu.Unlock()
 	sortNodes(out)
@@ -221,7 +241,15 @@ func (m *Manager) Size() (nodes, flows int) {
 func (m *Manager) ErrorBytes() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.errorBytes
+	return m.errors.bytes
+}
+
+// Errors returns the number of errors the nodes' health holds, as
+// Limits.MaxErrors counts them.
+func (m *Manager) Errors() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.errors.count
 }
 
 // EvictSilent removes every node whose last report was applied before
@@ -237,7 +265,7 @@ func (m *Manager) EvictSilent(_ context.Context, cutoff time.Time) ([]uint64, Me
 		if !n.meta.seen.Before(cutoff) {
 			continue
 		}
-		m.errorBytes -= n.meta.errorBytes
+		m.errors = m.errors.minus(n.meta.errors)
 		if m.agg.Remove(id) {
 			res.Changed = true
 		}

@@ -18,7 +18,7 @@ import (
 
 // healthReport is a report of node whose seed maps name seed (a last
 // execution time each) and whose v3 maps name rows (processed_rows) and
-// errs (last_errors, each with an empty array: no error, still named).
+// errs (last_errors, each with one error).
 func healthReport(node uint64, seed, rows, errs []flowstate.FlowID) state.Report {
 	rep := state.Report{Node: node, Flows: lastExecOf(node, seed...).Flows()}
 	h := &flowstate.Health{HasProcessedRows: true, HasLastErrors: true}
@@ -29,11 +29,13 @@ func healthReport(node uint64, seed, rows, errs []flowstate.FlowID) state.Report
 		ids = append(ids, id)
 	}
 	for _, id := range errs {
+		one := []flowstate.FlowError{{Time: 1, Message: "e"}}
 		if f := byID[id]; f != nil {
 			f.Has |= flowstate.HasLastErrors
+			f.LastErrors = one
 			continue
 		}
-		byID[id] = &flowstate.FlowHealth{ID: id, Has: flowstate.HasLastErrors}
+		byID[id] = &flowstate.FlowHealth{ID: id, Has: flowstate.HasLastErrors, LastErrors: one}
 		ids = append(ids, id)
 	}
 	for id := range flowstate.FlowID(64) { // ids are small in these tests
@@ -117,8 +119,8 @@ func TestManagerForgetsTheHealthFlowsOfAnEvictedNode(t *testing.T) {
 }
 
 // TestReplicaCountsHealthFlowsAgainstMaxFlows: --max-flows counts the
-// distinct flows of all a report's maps, before its write, and a stored
-// value that names more in all its maps is no value.
+// distinct flows of all a report's maps, before its write; a stored
+// value that names more is applied (the limit is the writer's).
 func TestReplicaCountsHealthFlowsAgainstMaxFlows(t *testing.T) {
 	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
 	w := follow(t, mem, state.ReplicaOptions{MaxReportFlows: 3})
@@ -133,11 +135,10 @@ func TestReplicaCountsHealthFlowsAgainstMaxFlows(t *testing.T) {
 		[]byte(`{"state_size":{"1":1},"last_exec_time_map":{},"start_time_map":{},"processed_rows":{"2":5,"3":6},"last_errors":{"4":[]}}`))
 	require.NoError(t, err)
 	w.synced(t)
-	assert.Equal(t, map[string]uint64{state.RefusedTooManyFlows: 1}, w.mgr.StoreRefusals())
+	assert.Empty(t, w.mgr.StoreRefusals())
 	nodes, _, err := w.mgr.Nodes(t.Context())
 	require.NoError(t, err)
-	require.Len(t, nodes, 1, "node 2 has no value")
-	assert.Equal(t, uint64(1), nodes[0].ID)
+	require.Len(t, nodes, 2, "node 2's value names 4 flows: applied")
 }
 
 // A window of reports, each within --max-total-flows by what the watch

@@ -11,15 +11,24 @@ type NodeInfo struct {
 	ID         uint64
 	LastReport time.Time // when its last report was applied (or stored, on a Replica)
 	Flows      int       // flows in its last report
+	// NodeEpoch is the node_epoch the state holds for the node, if
+	// HasNodeEpoch: a Manager's is its last report's; a Replica's is what
+	// the node's stored value carries (a report without v3 fields keeps
+	// its node_epoch there only beside retired ones), so that every worker
+	// shows the same at one revision.
+	NodeEpoch    uint64
+	HasNodeEpoch bool
 }
 
-// copyNodes copies agg's nodes, with the time of each one's last report,
-// unsorted: the caller holds its lock for this copy only.
-func copyNodes(agg *Aggregate, seen func(id uint64) time.Time) []NodeInfo {
+// copyNodes copies agg's nodes, with the time of each one's last report
+// and its node_epoch (info fills both), unsorted: the caller holds its
+// lock for this copy only.
+func copyNodes(agg *Aggregate, info func(n *NodeInfo)) []NodeInfo {
 	n, _ := agg.Len()
 	out := make([]NodeInfo, 0, n)
 	for id, flows := range agg.Nodes() {
-		out = append(out, NodeInfo{ID: id, LastReport: seen(id), Flows: len(flows)})
+		out = append(out, NodeInfo{ID: id, Flows: len(flows)})
+		info(&out[len(out)-1])
 	}
 	return out
 }

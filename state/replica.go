@@ -107,7 +107,7 @@ type watched struct {
 	refused    refusals            // what the rule refused, since Run began
 	flows      []flowstate.Flow    // scratch: the value being applied
 	health     flowstate.Health    // scratch: the v3 part of the value being applied
-	errorBytes int                 // the bytes of error messages the nodes' health holds
+	errors     errorLoad           // the errors the nodes' health holds
 }
 
 // served is the state that reads see: the watch's while following, the last
@@ -187,7 +187,7 @@ func (r *Replica) resetLocked(epoch string, start uint64) {
 	w.agg.Reset()
 	clear(w.nodes)
 	clear(w.keys)
-	w.errorBytes = 0
+	w.errors = errorLoad{}
 	w.delivered, w.nodeWrite = 0, 0
 	r.writes.behind, r.writes.passed = 0, 0
 }
@@ -230,9 +230,10 @@ func (r *Replica) writeLocked(ev kv.Event) bool {
 // depends on the value alone, the same in every worker, whether it follows
 // the store live or loads it, for its own writes and the others'
 // (PROTOCOL.md, "What a worker applies from a shared store"): a
-// FlowStateValue by serde_json's rules that names at most MaxReportFlows
-// flows in all its maps (its v3 ones included) is the node's report; anything else is no value, and the node is
-// absent as if its key were deleted. (A key whose node token is not
+// FlowStateValue by serde_json's rules, its v3 fields by a report's, is
+// the node's report; anything else is no value, and the node is absent as
+// if its key were deleted. No flag of this worker takes part: workers with
+// other limits hold the same state. (A key whose node token is not
 // canonical is ignored: writeLocked.)
 func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	w := &r.watch
@@ -244,7 +245,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 	if ok {
 		flows, l, h, ok = r.valueLocked(id, ev)
 	}
-	w.errorBytes -= w.nodes[id].health.ErrorBytes()
+	w.errors = w.errors.minus(loadOf(w.nodes[id].health))
 	if !ok {
 		if w.agg.Remove(id) {
 			r.served.changed = true
@@ -252,7 +253,7 @@ func (r *Replica) applyNodeLocked(id uint64, ev kv.Event) {
 		delete(w.nodes, id)
 		return
 	}
-	w.errorBytes += h.ErrorBytes()
+	w.errors = w.errors.plus(loadOf(h))
 	if _, changed := w.agg.applyNode(id, w.agg.nodes[id], flows, healthFlows(h)); changed {
 		r.served.changed = true
 	}
@@ -293,15 +294,6 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage
 	} else {
 		h = keepHealth(&w.health)
 	}
-	if limit := r.opts.MaxReportFlows; limit > 0 && countNamed(w.flows, healthFlows(h)) > limit {
-		err := fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, countNamed(w.flows, healthFlows(h)), limit)
-		if own != nil {
-			own.err = err // the others do not hold it: no ack
-		}
-		r.refuseLocked(RefusedTooManyFlows, ev, err)
-		w.flows = nil // a value this large is rare: its memory is not kept
-		return nil, l, nil, false
-	}
 	return w.flows, l, h, true
 }
 
@@ -310,7 +302,7 @@ func (r *Replica) valueLocked(id uint64, ev kv.Event) ([]flowstate.Flow, lineage
 func (r *Replica) lineageOfLocked(value []byte) (lineage, error) {
 	h := &r.watch.health
 	epoch, hasEpoch, err := flowstate.DecodeNodeHealth(value, h)
-	if err != nil || !h.IsV3() {
+	if err != nil || !h.IsV3() && !hasEpoch && len(h.RetiredEpochs) == 0 {
 		return lineage{}, err
 	}
 	l := lineage{epoch: epoch, hasEpoch: hasEpoch, seq: h.Seq, hasSeq: h.HasSeq}

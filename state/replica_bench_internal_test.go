@@ -53,7 +53,7 @@ func BenchmarkReplicaApply(b *testing.B) {
 					r.mu.Lock()
 					e := r.writes.push(r, noAnswer{})
 					e.node, e.epoch, e.delivered = uint64(n+1), "e1", seq-1
-					r.writes.keepLocked(e, reports[p][n], nil, false, r.watch.agg)
+					r.writes.keepLocked(e, reports[p][n], nil, errorLoad{}, false, r.watch.agg)
 					e.to(sent)
 					e.to(stored)
 					e.seq, e.deadline = seq, r.clock+applyTicks

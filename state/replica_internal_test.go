@@ -206,35 +206,6 @@ type answerOf struct {
 
 func (a *answerOf) Complete(res MergeResult, err error) { a.res, a.err, a.done = res, err, true }
 
-// TestReplicaAppliesItsOwnWritesByTheRule: a write of this worker that the
-// rule refuses (more flows than --max-flows: Submit refuses such a report,
-// so only a worker with a higher limit writes one) is answered by what the
-// watch found, never acked: the other workers do not hold it.
-func TestReplicaAppliesItsOwnWritesByTheRule(t *testing.T) {
-	r, err := NewReplica(nil, ReplicaOptions{MaxReportFlows: 2})
-	require.NoError(t, err)
-	r.onEvent(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: "e1"}})
-	r.onEvent(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: "e1"}, Exact: true})
-	v := threeFlows()
-	a := &answerOf{}
-	r.window <- struct{}{}
-	r.mu.Lock()
-	e := r.writes.push(r, a)
-	e.node, e.epoch = 1, "e1"
-	r.writes.keepLocked(e, v.Flows(), nil, false, r.watch.agg)
-	e.to(sent)
-	e.to(stored)
-	e.seq, e.deadline = 1, r.clock+applyTicks
-	r.mu.Unlock()
-	r.onEvent(kv.Event{Op: kv.OpPut, Key: flowstate.NodeKey(1), Value: flowstate.AppendJSON(nil, v.Flows()),
-		Revision: kv.Revision{Epoch: "e1", Seq: 1}, Exact: true})
-	require.True(t, a.done, "answered once the watch applied it")
-	assert.ErrorIs(t, a.err, ErrTooManyFlows)
-	got, rev := servedNow(t, r)
-	assert.Empty(t, got, "no value: the node is absent")
-	assert.Equal(t, uint64(1), rev)
-}
-
 // threeFlows is a value of three flows.
 func threeFlows() flowstate.FlowStateValue {
 	return flowstate.FlowStateValue{LastExecTimeMap: map[flowstate.FlowID]int64{1: 1, 2: 2, 3: 3}}

@@ -31,8 +31,9 @@ type queue struct {
 
 	// What the writes in flight count against the limits: the flows of
 	// each, and the nodes new to the aggregate.
-	flowsInFlight int
-	newNodes      map[uint64]int // node -> writes in flight of it while new
+	flowsInFlight  int
+	errorsInFlight errorLoad      // the errors of the writes in flight
+	newNodes       map[uint64]int // node -> writes in flight of it while new
 
 	// behind is a write whose watch was late: until the watch reaches it,
 	// reports are refused at once.
@@ -88,6 +89,7 @@ func (q *queue) pop() {
 		delete(q.lastOf, e.node)
 	}
 	q.flowsInFlight -= e.counted
+	q.errorsInFlight = q.errorsInFlight.minus(e.errors)
 	if e.newNode {
 		if q.newNodes[e.node]--; q.newNodes[e.node] <= 0 {
 			delete(q.newNodes, e.node)
@@ -105,6 +107,7 @@ func (q *queue) pop() {
 // abandoned and now answered by the store) to the free list.
 func (q *queue) recycle(e *write) {
 	e.to(free)
+	clear(e.value[:cap(e.value)]) // no message outlives the write in its reused buffer
 	*e = write{r: e.r, flows: e.flows[:0], value: e.value[:0]}
 	q.free = append(q.free, e)
 }
@@ -125,8 +128,10 @@ func (q *queue) chainLocked(e *write) bool {
 
 // keepLocked records the report of e: its flows, to apply when the watch
 // delivers its write, counted against the limits while it is in flight
-// with the flows its health names.
-func (q *queue) keepLocked(e *write, flows []flowstate.Flow, health []flowstate.FlowHealth, countFlows bool, agg *Aggregate) {
+// with the flows its health names and its errors.
+func (q *queue) keepLocked(e *write, flows []flowstate.Flow, health []flowstate.FlowHealth, errors errorLoad, countFlows bool, agg *Aggregate) {
+	e.errors = errors
+	q.errorsInFlight = q.errorsInFlight.plus(errors)
 	for _, f := range flows {
 		if f.Has != 0 { // flowstate.AppendJSON writes nothing of a flow without fields
 			e.flows = append(e.flows, f)
@@ -155,7 +160,7 @@ func (r *Replica) admitLocked(rep *Report) error {
 		return err
 	}
 	if limit := r.opts.MaxReportFlows; limit > 0 {
-		if n := countNamed(flows, healthFlows(rep.Health)); n > limit {
+		if n := countNamed(flows, healthFlows(keepHealthOf(rep))); n > limit {
 			return fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, n, limit)
 		}
 	}
@@ -169,7 +174,11 @@ func (r *Replica) admitLocked(rep *Report) error {
 		return err
 	}
 	health := keepHealthOf(rep)
-	if err := checkErrorBytes(r.watch.errorBytes, r.watch.nodes[nodeID].health.ErrorBytes(), health.ErrorBytes(), r.opts.Limits.MaxErrorBytes); err != nil {
+	// The errors in flight count as held until their writes are answered,
+	// as flows and nodes do: a window of reports, each within the limits
+	// by what the watch applied, cannot pass them together.
+	held := r.watch.errors.plus(r.writes.errorsInFlight)
+	if err := checkErrors(held, loadOf(r.watch.nodes[nodeID].health), loadOf(health), r.opts.Limits); err != nil {
 		return err
 	}
 	if err := r.watch.agg.checkNode(r.watch.agg.nodes[nodeID], flows, healthFlows(health), r.writes.limitsLocked(r.opts.Limits)); err != nil {

@@ -151,7 +151,10 @@ func (r *Replica) Nodes(context.Context) ([]NodeInfo, flowstate.Version, error) 
 		r.mu.Unlock()
 		return nil, flowstate.Version{}, err
 	}
-	out := copyNodes(r.watch.agg, func(id uint64) time.Time { return r.watch.nodes[id].at })
+	out := copyNodes(r.watch.agg, func(n *NodeInfo) {
+		seen := r.watch.nodes[n.ID]
+		n.LastReport, n.NodeEpoch, n.HasNodeEpoch = seen.at, seen.lineage.epoch, seen.lineage.hasEpoch
+	})
 	v := r.versionLocked()
 	r.mu.Unlock()
 	sortNodes(out)
@@ -170,5 +173,13 @@ func (r *Replica) Size() (nodes, flows int) {
 func (r *Replica) ErrorBytes() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.watch.errorBytes
+	return r.watch.errors.bytes
+}
+
+// Errors returns the number of errors of the nodes' health that the watch
+// applied, as Limits.MaxErrors counts them.
+func (r *Replica) Errors() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.watch.errors.count
 }

@@ -10,8 +10,8 @@ import (
 
 // ErrTooManyFlows is wrapped by the answer of a report that names more
 // flows than ReplicaOptions.MaxReportFlows (--max-flows): refused before
-// its write, or, should its own write name that many, found refused by
-// the watch; a value of that size in the store is no value.
+// its write. A value in the store is applied whatever its size: the limit
+// is the writer's.
 var ErrTooManyFlows = errors.New("state: the report names more flows than --max-flows")
 
 // The reasons of StoreRefusals.
@@ -19,9 +19,6 @@ const (
 	// RefusedInvalid: a node's value is not a FlowStateValue by serde_json's
 	// rules (flowstate.AppendValueFlows); the node is absent.
 	RefusedInvalid = "invalid"
-	// RefusedTooManyFlows: a node's value names more flows than
-	// ReplicaOptions.MaxReportFlows; the node is absent.
-	RefusedTooManyFlows = "too_many_flows"
 	// RefusedKey: a key under the node prefix is not NodeKey of a node (its
 	// token is not a canonical decimal uint64); it is ignored.
 	RefusedKey = "key"
@@ -52,8 +49,8 @@ func (r *Replica) refuseLocked(reason string, ev kv.Event, err error) {
 	r.log.Warn(msg, attrs...)
 }
 
-// StoreRefusals counts, by reason (RefusedInvalid, RefusedTooManyFlows,
-// RefusedKey), the node values that this worker's watch applied as no value
+// StoreRefusals counts, by reason (RefusedInvalid, RefusedKey), the node
+// values that this worker's watch applied as no value
 // and the keys it ignored, since it started.
 func (r *Replica) StoreRefusals() map[string]uint64 {
 	r.mu.Lock()

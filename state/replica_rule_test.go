@@ -36,16 +36,11 @@ const hostileNode = 70
 // hostileValues are the writes an operator's `nats kv put` or a bug can
 // make, each applied by the rule.
 func hostileValues() []hostile {
-	tooMany := emptyValue()
-	for id := range flowstate.FlowID(ruleMaxFlows + 1) {
-		tooMany.StateSize[id+1] = 1
-	}
 	foreign := lastExecOf(99, 7, 8)
 	return []hostile{
 		{name: "garbage", value: []byte("not json at all"), reason: state.RefusedInvalid},
 		{name: "wrong shape", value: []byte(`{"state_size":{"1":"12"},"last_exec_time_map":{}}`), reason: state.RefusedInvalid},
 		{name: "a field twice", value: []byte(`{"state_size":{},"state_size":{},"last_exec_time_map":{}}`), reason: state.RefusedInvalid},
-		{name: "too many flows", value: encode(tooMany), reason: state.RefusedTooManyFlows},
 		{name: "1 MB of junk", value: bytes.Repeat([]byte("{"), 1<<20), reason: state.RefusedInvalid},
 		{name: "an odd key", key: flowstate.NodeKeyPrefix + "0070", value: encode(foreign),
 			want: lastExecOf(hostileNode, 1), reason: state.RefusedKey},

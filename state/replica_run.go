@@ -76,8 +76,9 @@ type ReplicaOptions struct {
 	// kv.DefaultWindow if 0. The store must take as many puts in flight.
 	Window int
 	// MaxReportFlows is the most distinct flows a node's value may name
-	// across all its maps, v3 ones included (--max-flows): a report naming more is refused before its write, and
-	// such a value in the store is no value. 0: no limit.
+	// across all its maps, v3 ones included (--max-flows): a report naming
+	// more is refused before its write. A value in the store is applied
+	// whatever it names (the rule depends on the value alone). 0: no limit.
 	MaxReportFlows int
 }
 

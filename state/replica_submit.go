@@ -56,6 +56,7 @@ func (r *Replica) Submit(ctx context.Context, rep Report, c Completion) error {
 	if send {
 		r.enc = e.appendValue(r.enc[:0])
 		r.send(ctx, e, r.enc, cond)
+		clear(r.enc) // the store took its copy: no message outlives the write here
 	}
 	return nil
 }
@@ -79,10 +80,9 @@ func (r *Replica) queueWrite(rep Report, c Completion) (e *write, cond uint64, s
 		e.health = rep.Health.Clone()
 	}
 	e.lineage = r.heldLocked(rep.Node).after(&rep)
-	if e.health != nil {
-		e.health.RetiredEpochs = e.lineage.retired
-	}
-	r.writes.keepLocked(e, rep.Flows, healthFlows(keepHealthOf(&rep)), r.opts.Limits.MaxFlows > 0, r.watch.agg)
+	e.keepRetired()
+	kept := keepHealthOf(&rep)
+	r.writes.keepLocked(e, rep.Flows, healthFlows(kept), loadOf(kept), r.opts.Limits.MaxFlows > 0, r.watch.agg)
 	cond = r.condLocked(rep.Node)
 	e.cond = cond
 	if r.writes.chainLocked(e) {

@@ -99,6 +99,7 @@ type write struct {
 	flows     []flowstate.Flow  // the report: what the watch applies when it delivers seq
 	counted   int               // flows counted against Limits.MaxFlows while in flight
 	newNode   bool              // its node was new to the aggregate: counted against Limits.MaxNodes
+	errors    errorLoad         // its errors, counted against Limits.MaxErrorBytes and MaxErrors while in flight
 
 	seq      uint64 // the write's sequence number, once stored
 	deadline uint64 // the clock tick past which it is answered, whatever its phase: ApplyTimeout after Submit
@@ -154,11 +155,20 @@ func (e *write) judgeLocked(held *lineage) error {
 		return err
 	}
 	e.lineage = held.after(&rep)
+	e.keepRetired()
+	e.value = e.value[:0]
+	return nil
+}
+
+// keepRetired gives e's value its lineage's retired epochs, even a value
+// without v3 fields: it then carries them after GreptimeDB's value.
+func (e *write) keepRetired() {
+	if e.health == nil && len(e.lineage.retired) > 0 {
+		e.health = &flowstate.Health{}
+	}
 	if e.health != nil {
 		e.health.RetiredEpochs = e.lineage.retired
 	}
-	e.value = e.value[:0]
-	return nil
 }
 
 // appendValue appends e's stored value: GreptimeDB's JSON of its flows,

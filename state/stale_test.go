@@ -83,12 +83,29 @@ func staleRule(t *testing.T, newState func(t *testing.T) reportState) {
 		apply(t, m, numbered(7, 0, 5, 4))   // seq without node_epoch: not judged
 		apply(t, m, numbered(7, 0, 1, 5))
 	})
-	t.Run("a report without v3 fields leaves no lineage, as the store holds none", func(t *testing.T) {
+	t.Run("a report without v3 fields keeps the node's retired epochs", func(t *testing.T) {
 		m := newState(t)
 		apply(t, m, numbered(7, 100, 9, 1))
 		apply(t, m, numbered(7, 200, 1, 2)) // retires 100
-		apply(t, m, numbered(7, 200, 0, 3)) // no v3 field: stored as GreptimeDB's value alone
-		apply(t, m, numbered(7, 100, 1, 4)) // nothing held to compare with
+		apply(t, m, numbered(7, 200, 0, 3)) // no v3 field: stored with node_epoch 200 and 100 retired
+		refused(t, m, numbered(7, 100, 10, 4), "100 stays retired")
+		apply(t, m, numbered(7, 200, 1, 5)) // the held report of 200 has no seq
+	})
+	t.Run("an unnumbered report retires the held node_epoch", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 5, 1))
+		apply(t, m, numbered(7, 0, 0, 2)) // a v2 flownode, `worker send` without --seq
+		refused(t, m, numbered(7, 100, 6, 3), "a late report of the earlier process")
+		apply(t, m, numbered(7, 300, 0, 4)) // another process, unnumbered: 100 stays retired
+		refused(t, m, numbered(7, 100, 7, 5), "still retired after two unnumbered reports")
+		apply(t, m, numbered(7, 400, 1, 6)) // retires 300
+		refused(t, m, numbered(7, 300, 1, 7), "300 retired by a numbered report after it")
+	})
+	t.Run("a report without v3 fields and nothing to retire is the seed's value", func(t *testing.T) {
+		m := newState(t)
+		apply(t, m, numbered(7, 100, 0, 1)) // no seq: nothing held of process 100
+		apply(t, m, numbered(7, 200, 0, 2)) // nothing to retire: stored byte for byte
+		apply(t, m, numbered(7, 100, 1, 3)) // nothing held to compare with
 	})
 	t.Run("the last 8 retired", func(t *testing.T) {
 		m := newState(t)
@@ -121,6 +138,31 @@ func TestAStaleReportIsRefusedBeforeTheCapacityLimits(t *testing.T) {
 	_, err = m.Merge(t.Context(), rep)
 	require.ErrorIs(t, err, state.ErrStale)
 	assert.False(t, errors.Is(err, state.ErrCapacity))
+}
+
+// TestAnUnnumberedReportKeepsTheRetiredEpochsAcrossRestarts: after an
+// unnumbered report, a worker that did not take it and a worker started
+// after it refuse a late report of the process it replaced, as the one
+// that took it does.
+func TestAnUnnumberedReportKeepsTheRetiredEpochsAcrossRestarts(t *testing.T) {
+	eachBackend(t, func(t *testing.T, open func() state.Store) {
+		a := follow(t, open(), state.ReplicaOptions{ID: "a"})
+		b := follow(t, open(), state.ReplicaOptions{ID: "b"})
+		_, err := a.mgr.Merge(t.Context(), numbered(7, 100, 5, 5))
+		require.NoError(t, err)
+		_, err = a.mgr.Merge(t.Context(), numbered(7, 0, 0, 6))
+		require.NoError(t, err)
+		require.NoError(t, b.mgr.Sync(t.Context()))
+		_, err = b.mgr.Merge(t.Context(), numbered(7, 100, 6, 7))
+		require.ErrorIs(t, err, state.ErrStale, "the other worker judges by the stored value")
+		a.stop(t)
+		b.stop(t)
+		c := follow(t, open(), state.ReplicaOptions{ID: "c"})
+		_, err = c.mgr.Merge(t.Context(), numbered(7, 100, 6, 7))
+		require.ErrorIs(t, err, state.ErrStale, "a worker started later judges by the stored value")
+		got, _ := fget(t, c.mgr)
+		assert.Equal(t, map[flowstate.FlowID]int64{1: 6}, got.LastExecTimeMap)
+	})
 }
 
 func TestStaleReportsOnAReplica(t *testing.T) {

@@ -85,6 +85,7 @@ type healthBuf struct {
 // or nil when h holds no flow's health. What b held before is gone.
 func (b *healthBuf) keep(h *flowstate.Health) *flowstate.Health {
 	if h == nil || len(h.Flows) == 0 {
+		b.release()
 		return nil
 	}
 	clear(b.errs) // no message outlives its report here
@@ -94,10 +95,32 @@ func (b *healthBuf) keep(h *flowstate.Health) *flowstate.Health {
 	return &b.h
 }
 
+// drop lets go of the messages b holds, keeping its arrays for the next
+// report of a similar size: a state that no longer holds b's health holds
+// none of its text. Arrays more than twice what the held health, in,
+// needs are let go too, so that a node's buffers never stay larger than
+// what it holds for long.
+func (b *healthBuf) drop(in *flowstate.Health) {
+	clear(b.errs)
+	b.errs = b.errs[:0]
+	clear(b.h.Flows)
+	b.h.Flows = b.h.Flows[:0]
+	if in == nil || cap(b.errs) > 2*flowstate.ErrorCount(in.Flows) || cap(b.h.Flows) > 2*len(in.Flows) {
+		b.release()
+	}
+}
+
+// release lets go of everything b holds.
+func (b *healthBuf) release() {
+	*b = healthBuf{}
+}
+
 // keepHealth returns what a state keeps of a report's v3 part: a copy
-// without its seq and retired epochs, or nil when it holds no flow's
+// without its seq and retired epochs, nor the flows it names only by an
+// empty error array (named nowhere), or nil when it holds no flow's
 // health.
 func keepHealth(h *flowstate.Health) *flowstate.Health {
+	h = h.WithoutUnnamed()
 	if h == nil || len(h.Flows) == 0 {
 		return nil
 	}
@@ -144,11 +167,14 @@ func (r *Replica) Stats(context.Context) (Stats, error) {
 	return s, nil
 }
 
-// keepHealthOf is the part of rep's health that counts against
-// MaxErrorBytes, without copying it: nil when it holds no flow's health.
+// keepHealthOf is the part of rep's health that a state keeps and counts
+// against the limits, without copying it unless rep names a flow only by
+// an empty error array (such a flow is named nowhere): nil when it holds
+// no flow's health.
 func keepHealthOf(rep *Report) *flowstate.Health {
-	if rep.Health == nil || len(rep.Health.Flows) == 0 {
+	h := rep.Health.WithoutUnnamed()
+	if h == nil || len(h.Flows) == 0 {
 		return nil
 	}
-	return rep.Health
+	return h
 }

@@ -110,7 +110,7 @@ func printBench(w io.Writer, cfg loadgen.Config, res loadgen.Result, chk loadgen
 	fmt.Fprintf(w, "nodes %d, flows per node %d, target rate %s, %v, %s\n", cfg.Nodes, cfg.Flows, rateText(cfg.Rate), cfg.Duration, cfg.Mode)
 	fmt.Fprintf(w, "sent %d, acked %d, failed %d in %v\n", res.Sent, res.Acked, res.Failed, res.Elapsed.Round(time.Millisecond))
 	if res.FirstError != nil {
-		fmt.Fprintf(w, "first failure: %s\n", oneLine(res.FirstError))
+		fmt.Fprintf(w, "first failure: %s\n", outside(oneLine(res.FirstError)))
 	}
 	if cfg.Mode == loadgen.Publish {
 		fmt.Fprintf(w, "published rate: %.1f reports/s\n", res.Rate())
@@ -122,11 +122,11 @@ func printBench(w io.Writer, cfg loadgen.Config, res loadgen.Result, chk loadgen
 	flows := len(st.Value.Flows())
 	if chk.Exact() {
 		fmt.Fprintf(w, "aggregate: exact (%d flows, %s, epoch %s, revision %d)\n",
-			flows, humanSize(totalSize(st.Value)), st.Epoch, st.Revision)
+			flows, humanSize(totalSize(st.Value)), outside(st.Epoch), st.Revision)
 		return
 	}
 	fmt.Fprintf(w, "aggregate: DIFFERS from each node's last acknowledged report (%d flows, epoch %s, revision %d):\n",
-		flows, st.Epoch, st.Revision)
+		flows, outside(st.Epoch), st.Revision)
 	foreign := false
 	for _, line := range chk.Diff {
 		fmt.Fprintf(w, "  %s\n", line)

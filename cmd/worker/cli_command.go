@@ -94,7 +94,9 @@ func (c *cliCommand) fail(stderr io.Writer, err error) int {
 
 // errorf reports a failure in one line and returns exit status 1.
 func (c *cliCommand) errorf(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "worker %s: %s\n", c.name, strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", "; "))
+	// The message may carry outside text (a worker's reason, a subject):
+	// escaped, so that it neither breaks the line nor drives the terminal.
+	fmt.Fprintf(stderr, "worker %s: %s\n", c.name, printable(strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", "; "), 4*maxOutsideText))
 	return 1
 }
 

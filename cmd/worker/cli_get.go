@@ -41,7 +41,7 @@ worker get --stats`)
 	if *stats {
 		view, v, err := cl.GetStats(ctx)
 		if err == nil && *asJSON {
-			_, err = stdout.Write(append(view.AppendJSON(nil), '\n'))
+			_, err = stdout.Write(forTerminal(stdout, append(view.AppendJSON(nil), '\n')))
 		} else if err == nil {
 			out := bufio.NewWriterSize(stdout, 1<<16)
 			if err = printStats(out, view, v); err == nil {
@@ -58,7 +58,7 @@ worker get --stats`)
 		if err != nil {
 			return c.errorf(stderr, "%v", err)
 		}
-		if _, err := stdout.Write(append(body, '\n')); err != nil {
+		if _, err := stdout.Write(forTerminal(stdout, append(body, '\n'))); err != nil {
 			return c.errorf(stderr, "%v", err)
 		}
 		return 0
@@ -85,6 +85,6 @@ func printState(w io.Writer, s client.State) error {
 	if err := writeTable(w, s.Value); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\nepoch %s, revision %d\n", s.Epoch, s.Revision)
+	_, err := fmt.Fprintf(w, "\nepoch %s, revision %d\n", outside(s.Epoch), s.Revision)
 	return err
 }

@@ -144,7 +144,7 @@ worker send --node 7 --node-epoch 1700000000000 --seq 42 --flow 1:1024:now --row
 	case err != nil:
 		return c.errorf(stderr, "%v", err)
 	}
-	fmt.Fprintf(stdout, "applied at revision %d, epoch %s\n", v.Revision, v.Epoch)
+	fmt.Fprintf(stdout, "applied at revision %d, epoch %s\n", v.Revision, outside(v.Epoch))
 	return 0
 }
 

@@ -41,7 +41,7 @@ func printStats(w io.Writer, view flowstate.StatsView, v flowstate.Version) erro
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "epoch %s, revision %d, %d flows\n", v.Epoch, v.Revision, n)
+	_, err := fmt.Fprintf(w, "epoch %s, revision %d, %d flows\n", outside(v.Epoch), v.Revision, n)
 	return err
 }
 

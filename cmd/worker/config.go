@@ -31,6 +31,7 @@ type Config struct {
 	MaxNodes        int    // --max-nodes: most nodes the state holds
 	MaxTotalFlows   int    // --max-total-flows: most distinct flows the aggregate holds
 	MaxErrorBytes   int    // --max-error-bytes: most bytes of error messages the state holds
+	MaxErrors       int    // --max-errors: most errors the state holds
 	StateUpdates    string // --state-updates: both, full or delta
 	MetricsAddr     string
 	MetricsFlows    int  // --metrics-flows: per-flow metrics of the N largest flows, the N with the most rows and the N with the newest errors
@@ -74,6 +75,7 @@ func defaultConfig() Config {
 		MaxNodes:         state.DefaultMaxNodes,
 		MaxTotalFlows:    state.DefaultMaxTotalFlows,
 		MaxErrorBytes:    state.DefaultMaxErrorBytes,
+		MaxErrors:        state.DefaultMaxErrors,
 		StateUpdates:     consumer.StateUpdatesBoth,
 		KV:               "memory",
 		KVBucket:         "flow_state",
@@ -100,6 +102,7 @@ func daemonFlags(c *Config) *flagSet {
 	f.IntVar(&c.MaxNodes, "max-nodes", c.MaxNodes, "at most `n` nodes in the state; a report past it is rejected (507)")
 	f.IntVar(&c.MaxTotalFlows, "max-total-flows", c.MaxTotalFlows, "at most `n` distinct flows in the aggregate; a report past it is rejected (507)")
 	f.IntVar(&c.MaxErrorBytes, "max-error-bytes", c.MaxErrorBytes, "at most `n` bytes of error messages (v3 last_errors) in the state over all nodes; a report past it is rejected (507)")
+	f.IntVar(&c.MaxErrors, "max-errors", c.MaxErrors, "at most `n` errors (v3 last_errors) in the state over all nodes; a report past it is rejected (507)")
 	str(&c.StateUpdates, "state-updates", "state updates to publish, `mode` both, full or delta")
 	str(&c.MetricsAddr, "metrics-addr", "HTTP `address` for /metrics, /healthz and /readyz, e.g. 127.0.0.1:9090 (empty: off)")
 	f.IntVar(&c.MetricsFlows, "metrics-flows", 0, "per-flow metrics for the `N` flows with the largest state, the N with the most processed rows and the N with the newest errors (0: none)")
@@ -151,7 +154,7 @@ func (c *Config) Validate() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"--max-flows", c.MaxFlows}, {"--max-nodes", c.MaxNodes}, {"--max-total-flows", c.MaxTotalFlows}, {"--max-error-bytes", c.MaxErrorBytes}, {"--kv-window", c.KVWindow}} {
+	}{{"--max-flows", c.MaxFlows}, {"--max-nodes", c.MaxNodes}, {"--max-total-flows", c.MaxTotalFlows}, {"--max-error-bytes", c.MaxErrorBytes}, {"--max-errors", c.MaxErrors}, {"--kv-window", c.KVWindow}} {
 		if n.v <= 0 {
 			return fmt.Errorf("%s %d must be positive", n.flag, n.v)
 		}
@@ -242,7 +245,7 @@ func loopback(host string) bool {
 
 // limits are the state's capacity limits.
 func (c *Config) limits() state.Limits {
-	return state.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows, MaxErrorBytes: c.MaxErrorBytes}
+	return state.Limits{MaxNodes: c.MaxNodes, MaxFlows: c.MaxTotalFlows, MaxErrorBytes: c.MaxErrorBytes, MaxErrors: c.MaxErrors}
 }
 
 // jetStreamConfig is the part of c that configures the JetStream store.

@@ -193,7 +193,7 @@ func (m *Main) newStatsCollector(w *consumer.Worker) *statsCollector {
 	c := newStatsCollector(w, m.nc.Conn, m.js, m.replica)
 	c.events = watchNATS(m.nc.Conn, m.srv)
 	c.readiness, c.prefix = m.ready, m.prefix
-	c.maxErrorBytes = m.Config.MaxErrorBytes
+	c.maxErrorBytes, c.maxErrors = m.Config.MaxErrorBytes, m.Config.MaxErrors
 	if m.Config.MetricsFlows > 0 {
 		c.flowsC = newFlowsCollector(m.state, m.Config.MetricsFlows, m.Config.PublishInterval)
 	}

@@ -21,8 +21,9 @@ type statsCollector struct {
 	prefix *prefixWatch     // the other workers of the prefix, or nil
 	// readiness is what /readyz answers from; nil: the worker's own.
 	readiness func() error
-	// maxErrorBytes is --max-error-bytes; 0: not exported.
-	maxErrorBytes int
+	// maxErrorBytes and maxErrors are --max-error-bytes and --max-errors;
+	// 0: not exported.
+	maxErrorBytes, maxErrors int
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -31,6 +32,7 @@ type statsCollector struct {
 	evicted, revision, nodes, flows    *prometheus.Desc
 	aggregateBytes                     *prometheus.Desc
 	errorBytes, maxErrorBytesDesc      *prometheus.Desc
+	errors, maxErrorsDesc              *prometheus.Desc
 	storeAvailable, publisher          *prometheus.Desc
 	storeRestartNeeded                 *prometheus.Desc
 	storeRefused, aggregateKeyCurrent  *prometheus.Desc
@@ -73,6 +75,8 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		aggregateBytes:    d("aggregate_bytes", "Size of the msgpack encoding of the aggregate at the last get or update, whether it fits the max payload or not."),
 		errorBytes:        d("error_bytes", "Bytes of error messages (protocol v3 last_errors) the state holds over all nodes, as --max-error-bytes counts them."),
 		maxErrorBytesDesc: d("max_error_bytes", "--max-error-bytes: the most bytes of error messages the state holds; a report that would take flowstate_error_bytes past it is rejected (507, reason capacity)."),
+		errors:            d("errors", "Errors (protocol v3 last_errors) the state holds over all nodes, as --max-errors counts them."),
+		maxErrorsDesc:     d("max_errors", "--max-errors: the most errors the state holds; a report that would take flowstate_errors past it is rejected (507, reason capacity)."),
 		storeAvailable:    d("store_available", "1 while the JetStream bucket takes writes (--kv jetstream)."),
 		storeRestartNeeded: d("store_server_restart_needed", "Per server of the bucket's stream (--kv jetstream, --kv-replicas above 1): 1 while the stream's leader has not heard from its replica for --kv-replica-silence, or has again but it has not caught up; "+
 			"the server is down, cut off, or its JetStream store failed a write (a full disk), after which it stays behind until it is restarted.", "server"),
@@ -80,7 +84,7 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		aggregateKeyCurrent: d("aggregate_key_current", "On the publisher of a shared bucket (--kv jetstream): 1 while __flow/state holds the aggregate, 0 while it is deleted because the aggregate's JSON does not fit the connection's max payload."),
 		aggregateJSONBytes:  d("aggregate_json_bytes", "On the publisher of a shared bucket (--kv jetstream): the size of the aggregate's JSON (the value of __flow/state) at its last write, whether it fit or not."),
 		storeForgets:        d("store_forgets_total", "Times this worker found that the shared bucket no longer held a write its watch had applied (a server's store restored from an older copy, or a power loss before its lazy fsync), and moved to a new epoch that keeps what the bucket holds (--kv jetstream)."),
-		storeRefused:        d("store_refused_total", "Values of the shared bucket applied as no value (the node absent), by reason: invalid (not a FlowStateValue), too_many_flows (past --max-flows); and keys under the node prefix ignored: key (--kv jetstream).", "reason"),
+		storeRefused:        d("store_refused_total", "Values of the shared bucket applied as no value (the node absent), by reason: invalid (not a FlowStateValue, or v3 fields a report could not carry); and keys under the node prefix ignored: key (--kv jetstream).", "reason"),
 		writeConflicts:      d("node_write_conflicts_total", "Reports answered 503 because the bucket refused their node-key write: the node's key had a later write than this worker had applied when it sent it (the node's report through another worker, or a write of this worker whose outcome was unknown), and the write, sent again each time this worker's watch had passed the write that beat it, was still refused 2 s (the apply timeout) after its first refusal; nothing was stored (--kv jetstream)."),
 		ready:               d("ready", "1 while the worker serves (what /readyz answers 200 for)."),
 		disconnects:         d("nats_disconnects_total", "Unexpected NATS disconnections, by cause: server_closed (the server closed the connection without a word: a slow consumer, or a server that stops), stale, other.", "cause"),
@@ -159,6 +163,10 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.maxErrorBytes > 0 {
 		gauge(c.maxErrorBytesDesc, float64(c.maxErrorBytes))
 	}
+	gauge(c.errors, float64(s.Errors))
+	if c.maxErrors > 0 {
+		gauge(c.maxErrorsDesc, float64(c.maxErrors))
+	}
 	counter(c.deltas, s.DeltasPublished)
 	counter(c.deltaResyncs, s.DeltaResyncs)
 	gauge(c.deltaBytes, float64(s.DeltaBytes))
@@ -183,7 +191,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.writeConflicts, c.mgr.Conflicts())
 		refused := c.mgr.StoreRefusals()
-		for _, reason := range []string{state.RefusedInvalid, state.RefusedTooManyFlows, state.RefusedKey} {
+		for _, reason := range []string{state.RefusedInvalid, state.RefusedKey} {
 			counter(c.storeRefused, refused[reason], reason)
 		}
 	}

@@ -131,11 +131,12 @@ func TestMetricsCountReportsAndReadinessFollowsNATS(t *testing.T) {
 }
 
 // TestMetricsShowErrorBytesAgainstTheLimitAndStaleReports: the bytes of
-// error messages the state holds, beside --max-error-bytes, and the stale
+// error messages and the errors the state holds, beside --max-error-bytes
+// and --max-errors, and the stale
 // reports (protocol v3) among the rejections.
 func TestMetricsShowErrorBytesAgainstTheLimitAndStaleReports(t *testing.T) {
 	srv := natstest.Start(t, &server.Options{})
-	m, _ := startMain(t, "--nats-url", srv.ClientURL(), "--metrics-addr", "127.0.0.1:0", "--max-error-bytes", "100")
+	m, _ := startMain(t, "--nats-url", srv.ClientURL(), "--metrics-addr", "127.0.0.1:0", "--max-error-bytes", "100", "--max-errors", "50")
 	awaitStatus(t, m.metricsAddr, "/readyz", http.StatusOK)
 	nc, err := nats.Connect(srv.ClientURL())
 	require.NoError(t, err)
@@ -158,6 +159,8 @@ func TestMetricsShowErrorBytesAgainstTheLimitAndStaleReports(t *testing.T) {
 	for _, line := range []string{
 		"flowstate_error_bytes 30",
 		"flowstate_max_error_bytes 100",
+		"flowstate_errors 1",
+		"flowstate_max_errors 50",
 		`flowstate_reports_rejected_total{reason="stale"} 1`,
 		`flowstate_reports_rejected_total{reason="capacity"} 1`,
 	} {

@@ -569,12 +569,15 @@ func subset(sub, of map[string]string) bool {
 func TestWorkerSettingsBecomeItsVariables(t *testing.T) {
 	m := render(t, "worker.kv=jetstream", "worker.prefix=greptime", "worker.kvBucket=greptime_state",
 		"worker.publishInterval=100ms", "worker.maxNodes=20000", "worker.pprof=true",
+		"worker.maxErrors=5000", "worker.maxErrorBytes=1048576",
 		"worker.extraEnv.FLOWSTATE_LOG_LEVEL=debug", "nats.url=nats://a:4222\\,nats://b:4222")
 	for name, want := range map[string]string{
 		"FLOWSTATE_PREFIX":           "greptime",
 		"FLOWSTATE_KV_BUCKET":        "greptime_state",
 		"FLOWSTATE_PUBLISH_INTERVAL": "100ms",
 		"FLOWSTATE_MAX_NODES":        "20000",
+		"FLOWSTATE_MAX_ERRORS":       "5000",
+		"FLOWSTATE_MAX_ERROR_BYTES":  "1048576",
 		"FLOWSTATE_PPROF":            "true",
 		"FLOWSTATE_LOG_LEVEL":        "debug",
 		"FLOWSTATE_NATS_URL":         "nats://a:4222,nats://b:4222",

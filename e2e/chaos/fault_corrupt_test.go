@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,27 +32,12 @@ var hostiles = []hostile{
 	{"JSON with a negative state size", fixed(`{"state_size":{"1":-5}` + noMaps)},
 	{"JSON with a field twice", fixed(`{"state_size":{"1":5},"state_size":{"2":6}` + noMaps)},
 	{"JSON cut short", fixed(`{"state_size":{"1":5`)},
-	{fmt.Sprintf("JSON naming %d flows, past --max-flows", maxFlows+1), tooManyFlows},
+	{"JSON with nine retired epochs", fixed(`{"state_size":{"1":5},"last_exec_time_map":{},"start_time_map":{},"node_epoch":10,"seq":1,"retired_epochs":[1,2,3,4,5,6,7,8,9]}`)},
 	{"1 MB of junk", junk},
 	{"a delete", nil},
 }
 
 func fixed(s string) func() []byte { return func() []byte { return []byte(s) } }
-
-// tooManyFlows is a well-formed value that names more flows than the
-// workers' --max-flows.
-func tooManyFlows() []byte {
-	var b strings.Builder
-	b.WriteString(`{"state_size":{`)
-	for i := range maxFlows + 1 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `"%d":%d`, i+1, 7)
-	}
-	b.WriteString(`}` + noMaps)
-	return []byte(b.String())
-}
 
 // junk is a 1,000,000-byte value that is not JSON (below the servers'
 // 1 MB max payload).

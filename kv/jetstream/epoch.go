@@ -23,7 +23,7 @@ func (s *Store) Epoch(ctx context.Context) (string, error) {
 func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 	for range 5 {
 		e, err := s.Get(ctx, s.cfg.EpochKey)
-		if err == nil && len(e.Value) > 0 {
+		if err == nil && kv.ValidEpoch(e.Value) {
 			s.setEpoch(string(e.Value), e.Revision)
 			return epochAt{name: string(e.Value), seq: e.Revision}, nil
 		}
@@ -32,7 +32,18 @@ func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 		}
 		epoch := kv.NewEpoch()
 		cctx, cancel := s.opContext(ctx)
-		seq, err := s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
+		var seq uint64
+		if err == nil {
+			// An epoch that is not 1 to 64 printable ASCII characters is
+			// no epoch (written from outside): it is replaced, on the
+			// condition that it is still the key's last write, and never
+			// served or logged.
+			s.log.Warn("the epoch key holds no valid epoch: a new epoch replaces it", slog.String("bucket", s.cfg.Bucket),
+				slog.Int("bytes", len(e.Value)), slog.String("new_epoch", epoch))
+			seq, err = s.handles().bucket.Update(cctx, s.cfg.EpochKey, []byte(epoch), e.Revision)
+		} else {
+			seq, err = s.handles().bucket.Create(cctx, s.cfg.EpochKey, []byte(epoch))
+		}
 		cancel()
 		if err == nil {
 			s.setEpoch(epoch, seq)
@@ -42,7 +53,7 @@ func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 		if !errors.Is(err, natsjs.ErrKeyExists) {
 			return epochAt{}, s.wrap("create epoch", err)
 		}
-		// Another process created it first: read theirs.
+		// Another process created or replaced it first: read theirs.
 	}
 	return epochAt{}, fmt.Errorf("%w: the epoch key keeps changing", kv.ErrUnavailable)
 }

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,4 +277,42 @@ func TestJetStreamLastRevisionIsPastEveryWriteBeforeIt(t *testing.T) {
 	e, err := st.Get(t.Context(), "k")
 	require.NoError(t, err)
 	assert.Equal(t, "v", string(e.Value), "the barrier's writes leave the keys as they were")
+}
+
+// An epoch key that holds no valid epoch (not 1 to 64 printable ASCII
+// characters: written from outside, here with terminal escapes, and one of
+// 600 kB) is replaced with a new epoch, as a missing key is, whether the
+// store reads it first or its watch sees it written; it is never served.
+func TestJetStreamReplacesAnEpochThatIsNoEpoch(t *testing.T) {
+	srv := startJetStream(t)
+	st := openStore(t, connectTo(t, srv), jetstream.Config{CheckInterval: 50 * time.Millisecond})
+	nc := connectTo(t, srv)
+	ctx := t.Context()
+	first, err := st.Epoch(ctx)
+	require.NoError(t, err)
+	r := kvtest.Watch(t, st)
+	r.Await(t, "synced", func(ev []kv.Event) bool { return kvtest.Count(ev, kv.OpSynced) == 1 })
+	for i, bad := range []string{"\x1b[2J\x1b]0;pwned\x07", strings.Repeat("e", 600_000), "with space", ""} {
+		require.NoError(t, nc.Publish("$KV."+st.Bucket()+"."+jetstream.DefaultEpochKey, []byte(bad)))
+		require.NoError(t, nc.Flush())
+		events := r.Await(t, "a new epoch", func(ev []kv.Event) bool { return kvtest.Count(ev, kv.OpReset) == i+2 })
+		reset, _ := kvtest.LastOf(events, kv.OpReset)
+		assert.True(t, kv.ValidEpoch(reset.Revision.Epoch), "case %d: the watch serves epoch %q", i, reset.Revision.Epoch)
+		assert.NotEqual(t, first, reset.Revision.Epoch)
+		e, err := st.Epoch(ctx)
+		require.NoError(t, err)
+		assert.True(t, kv.ValidEpoch(e), "case %d: epoch %q", i, e)
+		stored, err := st.Get(ctx, jetstream.DefaultEpochKey)
+		require.NoError(t, err)
+		assert.Equal(t, e, string(stored.Value), "case %d: the key holds the new epoch", i)
+	}
+}
+
+func TestValidEpoch(t *testing.T) {
+	for e, want := range map[string]bool{
+		kv.NewEpoch(): true, "!": true, strings.Repeat("~", 64): true,
+		"": false, strings.Repeat("a", 65): false, "a b": false, "a\x1b": false, "caf\xc3\xa9": false, "a\x7f": false,
+	} {
+		assert.Equal(t, want, kv.ValidEpoch(e), "%q", e)
+	}
 }

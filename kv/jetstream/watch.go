@@ -253,8 +253,13 @@ func (s *Store) epochChanged(ctx context.Context, epoch string) bool {
 		// failure is JetStream being unavailable, which the watch outlasts.
 		return errors.Is(err, natsjs.ErrStreamNotFound) || errors.Is(err, natsjs.ErrBucketNotFound)
 	case string(e.Value) != epoch:
-		s.log.Info("the epoch key changed", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch),
-			slog.String("new_epoch", string(e.Value)))
+		attrs := []any{slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch)}
+		if kv.ValidEpoch(e.Value) {
+			attrs = append(attrs, slog.String("new_epoch", string(e.Value)))
+		} else {
+			attrs = append(attrs, slog.Int("new_epoch_bytes", len(e.Value))) // no epoch: never logged
+		}
+		s.log.Info("the epoch key changed", attrs...)
 		return true
 	}
 	return false

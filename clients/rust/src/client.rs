@@ -1,7 +1,7 @@
 //! [`Client`], its [`Options`], and reports: publish and send.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::{HeaderMap, Message, RequestErrorKind};
@@ -178,6 +178,9 @@ pub(crate) struct Inner {
     pub(crate) get_subject: String,      // <prefix>.state.get
     /// How the client numbers reports; None when unnumbered.
     pub(crate) numbering: Option<Numbering>,
+    /// Whether the client has logged a repair of an error list: it logs
+    /// the first only.
+    pub(crate) repair_logged: AtomicBool,
 }
 
 /// The numbering of a client's reports: its node_epoch, and the seq it gave
@@ -261,6 +264,7 @@ impl Client {
                 delta_subject: format!("{p}.state.delta"),
                 get_subject: format!("{p}.state.get"),
                 numbering: (!options.unnumbered).then(Numbering::new),
+                repair_logged: AtomicBool::new(false),
             }),
         })
     }
@@ -278,10 +282,19 @@ impl Client {
         self.inner.numbering.as_ref().map(|n| n.epoch)
     }
 
-    /// Returns the body of report r as the client sends it: checked,
-    /// numbered unless the client is unnumbered.
+    /// Returns the body of report r as the client sends it: its error lists
+    /// repaired (the first repair logged, once), numbered unless the client
+    /// is unnumbered.
     fn body(&self, r: &Report) -> Result<Bytes, Error> {
-        r.validate()?;
+        if let Some(flow) = r.repaired_flow()
+            && !self.inner.repair_logged.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                node = r.node_id,
+                flow,
+                "flowstate client: repaired the error list of a report, which the worker would refuse whole (an empty message dropped, more than 3 errors cut to the newest 3, or a message cut to 1,024 bytes); later repairs are not logged"
+            );
+        }
         let body = match &self.inner.numbering {
             None => r.to_msgpack(),
             Some(n) => {
@@ -320,7 +333,9 @@ impl Client {
     /// an acknowledgement. It returns once the connection has taken the
     /// report: it says nothing of whether a worker received or applied it
     /// ([`Client::send`] does); a worker drops a report it refuses (a stale
-    /// one included). A report that fails [`Report::validate`] is not sent.
+    /// one included). Error lists the worker would refuse are repaired
+    /// ([`repair_errors`](crate::repair_errors)) rather than have the whole
+    /// report refused.
     ///
     /// ```no_run
     /// # async fn f(client: flowstate_client::Client) -> Result<(), flowstate_client::Error> {
@@ -347,9 +362,12 @@ impl Client {
     /// [`ErrorKind::Stale`] (409), [`ErrorKind::Capacity`] (507),
     /// [`ErrorKind::Unavailable`] (503); it changed nothing. Without a worker
     /// the kind is [`ErrorKind::NoWorker`]; past [`Options::timeout`],
-    /// [`ErrorKind::TimedOut`] (the report may then still be applied). A
-    /// report that fails [`Report::validate`] is not sent
-    /// ([`ErrorKind::InvalidOptions`]).
+    /// [`ErrorKind::TimedOut`] (the report may then still be applied).
+    /// Error lists the worker would refuse (an empty message, more than 3
+    /// errors, a long message) are sent repaired
+    /// ([`repair_errors`](crate::repair_errors)), so that the node's state
+    /// sizes get through; the client logs its first repair once, through
+    /// `tracing`.
     ///
     /// Unless [`Options::unnumbered`], the client numbers the report
     /// (protocol v3): a report without `node_epoch` is sent with the

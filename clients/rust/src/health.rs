@@ -70,6 +70,36 @@ pub(crate) fn cut_message(s: &str) -> &str {
     &s[..end]
 }
 
+/// Returns a flow's errors as a report sends them (PROTOCOL.md v3, report
+/// fields), so that a worker takes the report rather than refuse it whole
+/// for one bad error: empty messages dropped, of the rest the first
+/// [`MAX_FLOW_ERRORS`] kept (the newest: the list is newest first), each
+/// message cut to [`MAX_ERROR_MESSAGE`] bytes at a character boundary.
+/// `None` when nothing needs repair. (A message built from bytes that are
+/// not UTF-8 with [`String::from_utf8_lossy`] has each maximal invalid
+/// part replaced with U+FFFD, as the Go client does.)
+///
+/// ```
+/// use flowstate_client::{FlowError, repair_errors};
+///
+/// let errs = vec![FlowError::new(3, ""), FlowError::new(2, "b"), FlowError::new(1, "a")];
+/// assert_eq!(repair_errors(&errs), Some(vec![FlowError::new(2, "b"), FlowError::new(1, "a")]));
+/// assert_eq!(repair_errors(&[FlowError::new(1, "a")]), None);
+/// ```
+pub fn repair_errors(errs: &[FlowError]) -> Option<Vec<FlowError>> {
+    let valid = |e: &FlowError| !e.message.is_empty() && e.message.len() <= MAX_ERROR_MESSAGE;
+    if errs.len() <= MAX_FLOW_ERRORS && errs.iter().all(valid) {
+        return None;
+    }
+    Some(
+        errs.iter()
+            .filter(|e| !e.message.is_empty())
+            .take(MAX_FLOW_ERRORS)
+            .map(|e| FlowError::new(e.time, cut_message(&e.message)))
+            .collect(),
+    )
+}
+
 /// One error of a flow in the stats view: a node's error, with its node.
 ///
 /// ```

@@ -60,7 +60,9 @@ mod watch;
 pub use client::{Client, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Options, WatchMode};
 pub use error::{Error, ErrorKind};
 pub use get::{JsonSnapshot, Snapshot, StatsSnapshot};
-pub use health::{FlowError, MAX_ERROR_MESSAGE, MAX_FLOW_ERRORS, StatsError, StatsView};
+pub use health::{
+    FlowError, MAX_ERROR_MESSAGE, MAX_FLOW_ERRORS, StatsError, StatsView, repair_errors,
+};
 pub use report::{Delta, Report};
 pub use value::{Flow, FlowId, FlowStateValue, Version};
 pub use watch::{State, Watch};

@@ -50,9 +50,11 @@ pub struct Report {
     pub processed_rows: Option<BTreeMap<FlowId, u64>>,
     /// For each flow, its most recent errors on this node, newest first, at
     /// most [`MAX_FLOW_ERRORS`], each message not empty (v3); an empty list
-    /// means none. A message longer than [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes is cut
-    /// at a character boundary when the report is encoded. `None` leaves
-    /// the field out.
+    /// means none. The list is repaired when the report is encoded
+    /// ([`repair_errors`](crate::repair_errors): empty messages dropped, the
+    /// newest 3 kept, a message longer than
+    /// [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes cut at a
+    /// character boundary). `None` leaves the field out.
     pub last_errors: Option<BTreeMap<FlowId, Vec<FlowError>>>,
     /// The report's number within its process (v3): strictly greater than
     /// that of every earlier report of the same `node_epoch`. `None` leaves
@@ -79,7 +81,8 @@ struct WireReport<'a> {
     seq: Option<u64>,
 }
 
-/// `last_errors` on the wire: each message cut to MAX_ERROR_MESSAGE bytes.
+/// `last_errors` on the wire, each flow's list repaired as
+/// [`repair_errors`](crate::repair_errors) does.
 struct WireLastErrors<'a>(&'a BTreeMap<FlowId, Vec<FlowError>>);
 
 struct WireErrors<'a>(&'a [FlowError]);
@@ -98,14 +101,32 @@ impl Serialize for WireLastErrors<'_> {
 
 impl Serialize for WireErrors<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|e| WireError {
-            time: e.time,
-            message: cut_message(&e.message),
-        }))
+        // As repair_errors: what the worker takes.
+        let kept: Vec<WireError<'_>> = self
+            .0
+            .iter()
+            .filter(|e| !e.message.is_empty())
+            .take(MAX_FLOW_ERRORS)
+            .map(|e| WireError {
+                time: e.time,
+                message: cut_message(&e.message),
+            })
+            .collect();
+        s.collect_seq(kept)
     }
 }
 
 impl Report {
+    /// Returns whether encoding the report repairs one of its error lists
+    /// ([`repair_errors`](crate::repair_errors)), and which flow's first.
+    pub(crate) fn repaired_flow(&self) -> Option<FlowId> {
+        self.last_errors
+            .iter()
+            .flatten()
+            .find(|(_, errs)| crate::health::repair_errors(errs).is_some())
+            .map(|(id, _)| *id)
+    }
+
     /// Returns node `node_id`'s report of `value`: a [`FlowStateValue`], or
     /// the three maps of a GreptimeDB flownode as a tuple.
     ///
@@ -187,10 +208,11 @@ impl Report {
     /// allow: more than [`MAX_FLOW_ERRORS`] errors for a flow, or an empty
     /// message. The error's kind is
     /// [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions) and
-    /// its reason names the flow. [`Client::send`](crate::Client::send) and
-    /// [`Client::publish`](crate::Client::publish) check it before sending,
-    /// since a worker drops a published report it refuses, with all its
-    /// flows.
+    /// its reason names the flow. [`Report::to_msgpack`],
+    /// [`Client::send`](crate::Client::send) and
+    /// [`Client::publish`](crate::Client::publish) send such a report
+    /// repaired ([`repair_errors`](crate::repair_errors)) rather than have
+    /// the worker refuse it whole, its state sizes with it.
     ///
     /// ```
     /// use std::collections::BTreeMap;
@@ -226,8 +248,10 @@ impl Report {
     /// Returns the report's msgpack form, as it is: a map with the string
     /// keys `node_id`, `node_epoch` (when set), `state_size`,
     /// `last_exec_time_map`, `start_time_map`, then `processed_rows`,
-    /// `last_errors` (each error a map of `time` and `message`, the message
-    /// cut to [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes at a character boundary) and `seq`
+    /// `last_errors` (each error a map of `time` and `message`, each flow's
+    /// list repaired as [`repair_errors`](crate::repair_errors) does: empty
+    /// messages dropped, the newest 3 kept, each message cut to
+    /// [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE) bytes at a character boundary) and `seq`
     /// when set; integer flow ids ascending, every integer in its shortest
     /// form. (A [`Client`](crate::Client) that numbers reports sends it with
     /// its `node_epoch` and `seq` where the report has none.)

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use flowstate_client::{
     Delta, ErrorKind, Flow, FlowError, FlowStateValue, MAX_ERROR_MESSAGE, Options, Report,
-    StatsError, StatsView,
+    StatsError, StatsView, repair_errors,
 };
 use serde::Deserialize;
 
@@ -349,7 +349,7 @@ fn canonical_v3_reports_encode_byte_for_byte() {
 }
 
 #[test]
-fn the_reports_the_v3_vectors_refuse_for_errors_are_refused_before_sending_or_cut() {
+fn the_reports_the_v3_vectors_refuse_for_errors_are_named_by_validate_or_cut() {
     let f: ReportFile<AcceptedV3> = load("reports_v3.json");
     let case = |name: &str| {
         f.cases
@@ -360,8 +360,8 @@ fn the_reports_the_v3_vectors_refuse_for_errors_are_refused_before_sending_or_cu
     let with_errors = |errors: Vec<FlowError>| {
         Report::new(1, FlowStateValue::default()).with_last_errors(BTreeMap::from([(7, errors)]))
     };
-    // What the worker refuses that the types allow, the client refuses
-    // first, naming the place the worker names.
+    // What the worker refuses that the types allow, validate names as the
+    // worker does (the client sends it repaired: error_repairs.json).
     for (name, report) in [
         (
             "more than 3 errors for a flow",
@@ -399,6 +399,65 @@ fn the_reports_the_v3_vectors_refuse_for_errors_are_refused_before_sending_or_cu
     }
     assert!(n >= 2, "{n} messages at the limit");
     assert_eq!(hex(&longer.to_msgpack()), three.msgpack);
+}
+
+#[derive(Deserialize)]
+struct RepairCase {
+    name: String,
+    errors: Vec<RepairError>,
+    sent: Vec<RepairError>,
+    repaired: bool,
+}
+
+#[derive(Deserialize)]
+struct RepairError {
+    time: String,
+    message_hex: String,
+}
+
+impl RepairError {
+    /// The error as a flownode holds it: bytes that are not UTF-8 made a
+    /// String with from_utf8_lossy.
+    fn error(&self) -> FlowError {
+        let bytes = unhex(&self.message_hex);
+        FlowError::new(
+            self.time.parse().unwrap(),
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )
+    }
+}
+
+#[test]
+fn error_lists_are_sent_repaired_as_the_go_client_sends_them() {
+    let f: Cases<RepairCase> = load("error_repairs.json");
+    assert!(f.cases.iter().any(|c| c.repaired));
+    for c in &f.cases {
+        let errors: Vec<FlowError> = c.errors.iter().map(RepairError::error).collect();
+        let sent: Vec<FlowError> = c
+            .sent
+            .iter()
+            .map(|e| {
+                let m = String::from_utf8(unhex(&e.message_hex)).expect("what is sent is UTF-8");
+                FlowError::new(e.time.parse().unwrap(), m)
+            })
+            .collect();
+        // A list the Go client repairs only for its bytes is valid here
+        // once it is a String.
+        let got = repair_errors(&errors).unwrap_or_else(|| errors.clone());
+        assert_eq!(got, sent, "{}", c.name);
+        // The encoded report carries the repaired list, and validates.
+        let report = Report::new(1, FlowStateValue::default())
+            .with_last_errors(BTreeMap::from([(1, errors)]));
+        let repaired =
+            Report::new(1, FlowStateValue::default()).with_last_errors(BTreeMap::from([(1, sent)]));
+        repaired.validate().unwrap();
+        assert_eq!(
+            hex(&report.to_msgpack()),
+            hex(&repaired.to_msgpack()),
+            "{}",
+            c.name
+        );
+    }
 }
 
 #[derive(Deserialize)]

@@ -5,12 +5,26 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test version
 
 all: build
 
+# The release's version is the VERSION file, and nothing else: the worker
+# embeds it (go:embed), and the image, the chart and the release archives
+# take it from here. COMMIT and MODIFIED stamp a build that the go command
+# cannot stamp itself (a git worktree, -buildvcs=false in GOFLAGS); the
+# worker prefers what the go command records (vcs.revision, vcs.modified).
+VERSION  := $(shell cat VERSION)
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+MODIFIED := $(shell git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+STAMP    := -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
+
+version:
+	@echo VERSION=$(VERSION)
+	@echo IMAGE=$(IMAGE)
+
 build:
-	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -buildvcs=auto -ldflags '$(STAMP)' -o $(BIN)/worker ./cmd/worker
 
 run: build
 	./$(BIN)/worker $(ARGS)
@@ -66,19 +80,22 @@ test: vet js-deps rules-test rust-test deploy-test
 
 # The OCI image (deploy/image/Containerfile): a static binary built here
 # (CGO_ENABLED=0) copied onto an empty base, so that no registry is needed.
-# It takes podman, or buildah; IMAGE names the result.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# It takes podman, or buildah; IMAGE names the result, tagged with VERSION
+# by default, and its labels carry VERSION and the commit.
 IMAGE    ?= flowstate:$(VERSION)
 IMAGEDIR := $(BIN)/image
+# The flags of every static build: no cgo, no local paths, stripped, the
+# commit stamped.
+STATIC   := -trimpath -buildvcs=auto -ldflags '-s -w $(STAMP)'
 
 image:
 	@builder=$$(command -v podman || command -v buildah) || { \
 		echo "make image needs podman or buildah: install one, e.g. apt-get install podman" >&2; exit 1; }; \
 	mkdir -p $(IMAGEDIR) && \
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o $(IMAGEDIR)/worker ./cmd/worker && \
+	CGO_ENABLED=0 $(GO) build $(STATIC) -o $(IMAGEDIR)/worker ./cmd/worker && \
 	$$builder build -f deploy/image/Containerfile -t $(IMAGE) \
 		--build-arg VERSION=$(VERSION) \
-		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--build-arg REVISION=$(COMMIT) \
 		$(IMAGEDIR)
 
 # The deployment files (deploy/): the Helm chart rendered with helm and

@@ -5,7 +5,7 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test version
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test version release release-check skew
 
 all: build
 
@@ -97,6 +97,48 @@ image:
 		--build-arg VERSION=$(VERSION) \
 		--build-arg REVISION=$(COMMIT) \
 		$(IMAGEDIR)
+
+# A release, in $(RELEASE): the static worker for each of RELEASE_PLATFORMS
+# (flowstate-worker-<version>-<os>-<arch>), the Helm chart packaged
+# (flowstate-<version>.tgz), and SHA256SUMS of them; the image too where
+# podman or buildah exists. Everything is stamped with VERSION and the
+# commit. Two releases of one commit are the same bytes, from any checkout:
+# the builds are -trimpath, and helm dates the chart's files at the commit's
+# time (SOURCE_DATE_EPOCH) instead of their checkout's; `make release-check`
+# builds twice and compares. Nothing is published.
+RELEASE           := $(BIN)/release
+RELEASE_PLATFORMS := linux/amd64 linux/arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+release: $(HELM)
+	rm -rf $(RELEASE) && mkdir -p $(RELEASE)
+	@for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(RELEASE)/flowstate-worker-$(VERSION)-$$os-$$arch; \
+		echo "go build $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build $(STATIC) -o $$out ./cmd/worker || exit 1; \
+	done
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(HELM) package deploy/helm/flowstate --destination $(RELEASE)
+	cd $(RELEASE) && sha256sum flowstate-* > SHA256SUMS && cat SHA256SUMS
+	@if command -v podman >/dev/null 2>&1 || command -v buildah >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory image; \
+	else \
+		echo "make release: neither podman nor buildah is installed, so no image (install one, then make image)"; \
+	fi
+
+# The second build rebuilds every package (-a), so that it compares two
+# compilations, not one compilation and the build cache's copy of it.
+release-check:
+	$(MAKE) --no-print-directory release RELEASE=$(BIN)/release-a
+	GOFLAGS="$(GOFLAGS) -a" $(MAKE) --no-print-directory release RELEASE=$(BIN)/release-b
+	cmp $(BIN)/release-a/SHA256SUMS $(BIN)/release-b/SHA256SUMS
+	@echo "release-check: two builds of $(COMMIT) are the same bytes"
+
+# The version skew test (e2e/skew_test.go) at length: SKEW_ROUNDS rounds of
+# reports a phase instead of make test's 5.
+SKEW_ROUNDS ?= 200
+
+skew:
+	FLOWSTATE_SKEW_ROUNDS=$(SKEW_ROUNDS) $(GO) test -count=1 -v -timeout 30m -run '^TestVersionSkew' ./e2e/
 
 # The deployment files (deploy/): the Helm chart rendered with helm and
 # decoded into the Kubernetes API types, the systemd unit verified with

@@ -102,8 +102,8 @@ image:
 # (flowstate-worker-<version>-<os>-<arch>), the Helm chart packaged
 # (flowstate-<version>.tgz), and SHA256SUMS of them; the image too where
 # podman or buildah exists. Everything is stamped with VERSION and the
-# commit. Two releases of one commit are the same bytes, from any checkout:
-# the builds are -trimpath, and helm dates the chart's files at the commit's
+# commit. Two releases of one commit are the same bytes, from any clone: the
+# builds are -trimpath, and helm dates the chart's files at the commit's
 # time (SOURCE_DATE_EPOCH) instead of their checkout's; `make release-check`
 # builds twice and compares. Nothing is published.
 RELEASE           := $(BIN)/release
@@ -111,6 +111,7 @@ RELEASE_PLATFORMS := linux/amd64 linux/arm64
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 
 release: $(HELM)
+	@test ! -f .git || echo "make release: a git worktree, where the go command records no commit in the binaries (it only reads a .git directory): their bytes differ from a clone's build of the same commit; release from a clone" >&2
 	rm -rf $(RELEASE) && mkdir -p $(RELEASE)
 	@for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=$(RELEASE)/flowstate-worker-$(VERSION)-$$os-$$arch; \

@@ -5,12 +5,26 @@ GO      ?= go
 BIN     := bin
 ARGS    ?=
 
-.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test
+.PHONY: all build run test vet lint bench fuzz clean js-deps promtool rules-test chaos attack nats-server rust-test image deploy-test version release release-check skew
 
 all: build
 
+# The release's version is the VERSION file, and nothing else: the worker
+# embeds it (go:embed), and the image, the chart and the release archives
+# take it from here. COMMIT and MODIFIED stamp a build that the go command
+# cannot stamp itself (a git worktree, -buildvcs=false in GOFLAGS); the
+# worker prefers what the go command records (vcs.revision, vcs.modified).
+VERSION  := $(shell cat VERSION)
+COMMIT   := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+MODIFIED := $(shell git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+STAMP    := -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
+
+version:
+	@echo VERSION=$(VERSION)
+	@echo IMAGE=$(IMAGE)
+
 build:
-	$(GO) build -o $(BIN)/worker ./cmd/worker
+	$(GO) build -buildvcs=auto -ldflags '$(STAMP)' -o $(BIN)/worker ./cmd/worker
 
 run: build
 	./$(BIN)/worker $(ARGS)
@@ -66,20 +80,66 @@ test: vet js-deps rules-test rust-test deploy-test
 
 # The OCI image (deploy/image/Containerfile): a static binary built here
 # (CGO_ENABLED=0) copied onto an empty base, so that no registry is needed.
-# It takes podman, or buildah; IMAGE names the result.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# It takes podman, or buildah; IMAGE names the result, tagged with VERSION
+# by default, and its labels carry VERSION and the commit.
 IMAGE    ?= flowstate:$(VERSION)
 IMAGEDIR := $(BIN)/image
+# The flags of every static build: no cgo, no local paths, stripped, the
+# commit stamped.
+STATIC   := -trimpath -buildvcs=auto -ldflags '-s -w $(STAMP)'
 
 image:
 	@builder=$$(command -v podman || command -v buildah) || { \
 		echo "make image needs podman or buildah: install one, e.g. apt-get install podman" >&2; exit 1; }; \
 	mkdir -p $(IMAGEDIR) && \
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o $(IMAGEDIR)/worker ./cmd/worker && \
+	CGO_ENABLED=0 $(GO) build $(STATIC) -o $(IMAGEDIR)/worker ./cmd/worker && \
 	$$builder build -f deploy/image/Containerfile -t $(IMAGE) \
 		--build-arg VERSION=$(VERSION) \
-		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--build-arg REVISION=$(COMMIT) \
 		$(IMAGEDIR)
+
+# A release, in $(RELEASE): the static worker for each of RELEASE_PLATFORMS
+# (flowstate-worker-<version>-<os>-<arch>), the Helm chart packaged
+# (flowstate-<version>.tgz), and SHA256SUMS of them; the image too where
+# podman or buildah exists. Everything is stamped with VERSION and the
+# commit. Two releases of one commit are the same bytes, from any clone: the
+# builds are -trimpath, and helm dates the chart's files at the commit's
+# time (SOURCE_DATE_EPOCH) instead of their checkout's; `make release-check`
+# builds twice and compares. Nothing is published.
+RELEASE           := $(BIN)/release
+RELEASE_PLATFORMS := linux/amd64 linux/arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
+release: $(HELM)
+	@test ! -f .git || echo "make release: a git worktree, where the go command records no commit in the binaries (it only reads a .git directory): their bytes differ from a clone's build of the same commit; release from a clone" >&2
+	rm -rf $(RELEASE) && mkdir -p $(RELEASE)
+	@for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(RELEASE)/flowstate-worker-$(VERSION)-$$os-$$arch; \
+		echo "go build $$out"; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build $(STATIC) -o $$out ./cmd/worker || exit 1; \
+	done
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(HELM) package deploy/helm/flowstate --destination $(RELEASE)
+	cd $(RELEASE) && sha256sum flowstate-* > SHA256SUMS && cat SHA256SUMS
+	@if command -v podman >/dev/null 2>&1 || command -v buildah >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory image; \
+	else \
+		echo "make release: neither podman nor buildah is installed, so no image (install one, then make image)"; \
+	fi
+
+# The second build rebuilds every package (-a), so that it compares two
+# compilations, not one compilation and the build cache's copy of it.
+release-check:
+	$(MAKE) --no-print-directory release RELEASE=$(BIN)/release-a
+	GOFLAGS="$(GOFLAGS) -a" $(MAKE) --no-print-directory release RELEASE=$(BIN)/release-b
+	cmp $(BIN)/release-a/SHA256SUMS $(BIN)/release-b/SHA256SUMS
+	@echo "release-check: two builds of $(COMMIT) are the same bytes"
+
+# The version skew test (e2e/skew_test.go) at length: SKEW_ROUNDS rounds of
+# reports a phase instead of make test's 5.
+SKEW_ROUNDS ?= 200
+
+skew:
+	FLOWSTATE_SKEW_ROUNDS=$(SKEW_ROUNDS) $(GO) test -count=1 -v -timeout 30m -run '^TestVersionSkew' ./e2e/
 
 # The deployment files (deploy/): the Helm chart rendered with helm and
 # decoded into the Kubernetes API types, the systemd unit verified with

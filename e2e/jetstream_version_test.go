@@ -51,17 +51,27 @@ func oldNATSServer(t testing.TB) string {
 		if oldServer.err = os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); oldServer.err != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, goTool(), "build", "-o", oldServer.path, "github.com/nats-io/nats-server/v2")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			oldServer.err = fmt.Errorf("go build nats-server %s: %w\n%s", oldServerVersion, err, out)
+		if err := goBuildModule(dir, oldServer.path, "github.com/nats-io/nats-server/v2"); err != nil {
+			oldServer.err = fmt.Errorf("nats-server %s: %w", oldServerVersion, err)
 		}
 	})
 	require.NoError(t, oldServer.err)
 	return oldServer.path
+}
+
+// goBuildModule builds pkg of the module in dir, whose go.mod and go.sum
+// are not this module's, into out within buildTimeout: missing go.sum lines
+// are added and modules not in the cache come from GOPROXY.
+func goBuildModule(dir, out, pkg string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
 }
 
 // goTool is the go command of GOROOT, if set, else the one on PATH.

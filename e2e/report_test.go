@@ -143,6 +143,11 @@ func marshal(t testing.TB, v any) []byte {
 
 // codecReport encodes a report with the worker's own encoder.
 func codecReport(node uint64, s flowState) []byte {
+	return codec.AppendReport(nil, &codec.Report{NodeID: node, NodeEpoch: 1700000000000, HasNodeEpoch: true, Flows: s.value().Flows()})
+}
+
+// value is s as the worker's value type.
+func (s flowState) value() flowstate.FlowStateValue {
 	v := flowstate.FlowStateValue{
 		StateSize:       make(map[flowstate.FlowID]uint64),
 		LastExecTimeMap: make(map[flowstate.FlowID]int64),
@@ -157,7 +162,7 @@ func codecReport(node uint64, s flowState) []byte {
 	for id, x := range s.StartTime {
 		v.StartTimeMap[flowstate.FlowID(id)] = x
 	}
-	return codec.AppendReport(nil, &codec.Report{NodeID: node, NodeEpoch: 1700000000000, HasNodeEpoch: true, Flows: v.Flows()})
+	return v
 }
 
 // encoding is one way of writing a report, so that a test can run with each.

@@ -59,6 +59,13 @@ func startWorkerEnv(t testing.TB, env []string, args ...string) *workerProc {
 // not wait.
 func launchWorker(t testing.TB, env []string, args ...string) *workerProc {
 	t.Helper()
+	return launchWorkerBinary(t, bin.worker, env, args...)
+}
+
+// launchWorkerBinary is launchWorker with the worker binary at path (another
+// release's, for the version skew test).
+func launchWorkerBinary(t testing.TB, path string, env []string, args ...string) *workerProc {
+	t.Helper()
 	w := &workerProc{
 		t:      t,
 		URL:    flagValue(args, "nats-url"),
@@ -72,7 +79,7 @@ func launchWorker(t testing.TB, env []string, args ...string) *workerProc {
 			}
 		}
 	}
-	w.p = startProcess(t, "worker", bin.worker, append(cleanEnv(), env...), args...)
+	w.p = startProcess(t, "worker", path, append(cleanEnv(), env...), args...)
 	t.Cleanup(func() {
 		code, ok := w.p.terminate(stopTimeout)
 		stderr := w.p.stderr.String()

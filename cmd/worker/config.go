@@ -58,6 +58,9 @@ type Config struct {
 	// setBy names, for each flag set, where its value came from: "--name",
 	// or its environment variable.
 	setBy map[string]string
+	// showVersion is --version: print the build information instead of
+	// running.
+	showVersion bool
 }
 
 // defaultListen is where the embedded server listens by default, and so
@@ -118,6 +121,7 @@ func daemonFlags(c *Config) *flagSet {
 	str(&c.LogLevel, "log-level", "log `level`: debug, info, warn or error")
 	f.VisitAll(func(fl *flag.Flag) { f.withEnv(fl.Name) })
 	c.Auth.register(f)
+	f.BoolVar(&c.showVersion, "version", false, "print the version, the commit and the Go version, and exit")
 	return f
 }
 
@@ -132,6 +136,10 @@ func parseConfig(args []string, getenv func(string) string, usageOut io.Writer) 
 			printUsage(usageOut, f)
 		}
 		return c, err
+	}
+	if c.showVersion {
+		readBuildInfo().print(usageOut)
+		return c, errVersion
 	}
 	c.setBy = f.origins
 	if err := c.Auth.resolve(getenv); err != nil {

@@ -16,6 +16,10 @@ const envPrefix = "FLOWSTATE_"
 // printed and the program exits 0.
 var errHelp = flag.ErrHelp
 
+// errVersion is returned by the daemon's parse after --version: the build
+// information is written to stdout, and the exit status is 0.
+var errVersion = errors.New("version printed")
+
 // usageError is a bad flag, value or variable: one line, exit status 2.
 type usageError struct{ err error }
 
@@ -163,9 +167,10 @@ func isBoolFlag(fl *flag.Flag) bool {
 }
 
 // exitCode is the exit status of a failed parse, after reporting it in one
-// line on stderr as "<name>: <reason> (see <name> --help)"; 0 after --help.
+// line on stderr as "<name>: <reason> (see <name> --help)"; 0 after --help
+// or --version.
 func exitCode(err error, name string, stderr io.Writer) int {
-	if errors.Is(err, errHelp) {
+	if errors.Is(err, errHelp) || errors.Is(err, errVersion) {
 		return 0
 	}
 	fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", name, oneLine(err), name)

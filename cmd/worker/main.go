@@ -19,9 +19,6 @@ import (
 	"github.com/flowstate-io/flowstate/state"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0"
-
 // shutdownTimeout bounds the shutdown after SIGINT or SIGTERM, or a failure.
 const shutdownTimeout = 5 * time.Second
 

@@ -24,6 +24,8 @@ type statsCollector struct {
 	// maxErrorBytes and maxErrors are --max-error-bytes and --max-errors;
 	// 0: not exported.
 	maxErrorBytes, maxErrors int
+	// build is what flowstate_build_info says, read once.
+	build buildInfo
 
 	received, applied, acked, rejected *prometheus.Desc
 	published, publishErrors           *prometheus.Desc
@@ -56,6 +58,7 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		nc:                nc,
 		js:                js,
 		mgr:               mgr,
+		build:             readBuildInfo(),
 		received:          d("reports_received_total", "Heartbeat messages taken from the subscription."),
 		applied:           d("reports_applied_total", "Reports merged into the state."),
 		acked:             d("acks_total", "Acknowledgements sent for reports sent as requests."),
@@ -67,7 +70,7 @@ func newStatsCollector(w *consumer.Worker, nc *nats.Conn, js *jetstream.Store, m
 		dropped:           d("slow_consumer_dropped_total", "Heartbeats dropped by the client library as a slow consumer."),
 		connected:         d("nats_connected", "1 while the NATS connection is up."),
 		reconnects:        d("nats_reconnects_total", "NATS reconnections."),
-		info:              d("build_info", "The worker's version.", "version"),
+		info:              d("build_info", "The worker's build: its version, the commit it was built from, whether the tree had changes, and the Go version.", "version", "commit", "modified", "goversion"),
 		evicted:           d("nodes_evicted_total", "Nodes evicted for silence (--node-ttl)."),
 		revision:          d("revision", "Current revision of the state."),
 		nodes:             d("nodes", "Nodes in the aggregate."),
@@ -150,7 +153,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.dropped, s.Dropped)
 	ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, bit(c.nc.IsConnected()))
 	counter(c.reconnects, c.nc.Stats().Reconnects)
-	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, version)
+	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, c.build.Version, c.build.Commit, c.build.modifiedLabel(), c.build.Go)
 	counter(c.evicted, s.Evicted)
 	gauge := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)

@@ -7,8 +7,9 @@ type subcommand func(args []string, getenv func(string) string, stdout, stderr i
 
 // subcommands of the binary; with none, it runs the worker.
 var subcommands = map[string]subcommand{
-	"get":   runGet,
-	"watch": runWatch,
-	"send":  runSend,
-	"bench": runBench,
+	"get":     runGet,
+	"watch":   runWatch,
+	"send":    runSend,
+	"bench":   runBench,
+	"version": runVersion,
 }

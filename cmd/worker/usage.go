@@ -14,6 +14,7 @@ heartbeat reports of flownodes from NATS and serves the aggregate to frontends.
 Usage:
   worker [flags]
   worker get|watch|send|bench [flags]
+  worker version
 
 With no --nats-url it starts an embedded NATS server on --listen and serves on it.
 Every flag can also be set with its environment variable (a flag given wins).
@@ -25,6 +26,8 @@ nats://127.0.0.1:4222, and --prefix); see worker <subcommand> --help:
   send    send one heartbeat report and print the revision it was applied at
   bench   simulate flownodes sending reports, report the rate and latency,
           and check the final state
+  version print the version, the commit it was built from and the Go
+          version (also: worker --version)
 
 Flags:
 `)

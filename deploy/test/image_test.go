@@ -60,7 +60,12 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := run(t, imageTimeout, "make", "-C", root, "image", "IMAGE="+testImage, "VERSION=9.9.9-test"); err != nil {
+	raw, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(string(raw))
+	if out, err := run(t, imageTimeout, "make", "-C", root, "image", "IMAGE="+testImage); err != nil {
 		t.Fatalf("make image: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { run(t, imageStep, b, "rmi", "-f", testImage) })
@@ -95,15 +100,13 @@ func TestImage(t *testing.T) {
 		t.Errorf("exposed ports %v, want the metrics port 9090/tcp", cfg.ExposedPorts)
 	}
 	for k, want := range map[string]string{
-		"org.opencontainers.image.version": "9.9.9-test",
-		"org.opencontainers.image.source":  "https://github.com/flowstate-io/flowstate",
+		"org.opencontainers.image.version":  version,
+		"org.opencontainers.image.source":   "https://github.com/flowstate-io/flowstate",
+		"org.opencontainers.image.licenses": "Apache-2.0",
 	} {
 		if got := cfg.Labels[k]; got != want {
 			t.Errorf("label %s %q, want %q", k, got, want)
 		}
-	}
-	if cfg.Labels["org.opencontainers.image.licenses"] == "" {
-		t.Error("no org.opencontainers.image.licenses label")
 	}
 	if len(inspected[0].RootFS.Layers) != 1 {
 		t.Errorf("%d layers, want the binary's one on an empty base", len(inspected[0].RootFS.Layers))
@@ -117,6 +120,13 @@ func TestImage(t *testing.T) {
 		}
 		if !strings.Contains(string(out), "FLOWSTATE_NATS_URL") {
 			t.Errorf("--help of the image's binary:\n%s", out)
+		}
+		out, err = run(t, imageStep, bin, "--version")
+		if err != nil {
+			t.Fatalf("%s --version: %v", entry, err)
+		}
+		if !strings.HasPrefix(string(out), "flowstate worker "+version+"\n") {
+			t.Errorf("--version of the image's binary does not name %s:\n%s", version, out)
 		}
 	})
 

@@ -19,6 +19,11 @@ var ErrStale = errors.New("client: stale report")
 // the protocol (missing version headers, an undecodable aggregate).
 var ErrBadReply = errors.New("client: malformed reply from the worker")
 
+// ErrLimit is wrapped by the errors of replies past one of the client's
+// bounds (Options.MaxFlows, MaxGetBytes), and by the error a watch yields
+// once when it dropped updates past Options.MaxPendingBytes.
+var ErrLimit = errors.New("client: past a client limit")
+
 // ServiceError is a request the worker answered with the NATS service error
 // headers: Code is Nats-Service-Error-Code (400 for a rejected report, 409
 // for a stale one, 413 for an aggregate larger than the connection's max

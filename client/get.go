@@ -115,6 +115,7 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 	var j chunkSeq
 	var view flowstate.StatsView
 	var version flowstate.Version
+	flows := 0
 	err := c.getChunks(ctx, protocol.ViewStats, func(msg *nats.Msg) (bool, error) {
 		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
 			// One message without a chunk header: a worker that predates v2.
@@ -126,11 +127,14 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 				return false, fmt.Errorf("%w: %w", ErrBadReply, err)
 			}
 			version = v
-			return true, nil
+			return true, c.checkFlows(countStatsFlows(view))
 		}
 		part, last, err := nextChunk(&j, msg, codec.DecodeStats, statsRange)
 		if err != nil {
 			return false, err
+		}
+		if flows += countStatsFlows(part); flows > c.maxFlows {
+			return false, c.checkFlows(flows)
 		}
 		view.Flows = append(view.Flows, part.Flows...)
 		view.Stats = append(view.Stats, part.Stats...)
@@ -141,6 +145,21 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 		return flowstate.StatsView{}, flowstate.Version{}, err
 	}
 	return view, version, nil
+}
+
+// countStatsFlows returns the number of distinct flows v names; its
+// slices are sorted by ID.
+func countStatsFlows(v flowstate.StatsView) int {
+	n, i := len(v.Flows), 0
+	for _, st := range v.Stats {
+		for i < len(v.Flows) && v.Flows[i].ID < st.ID {
+			i++
+		}
+		if i == len(v.Flows) || v.Flows[i].ID != st.ID {
+			n++
+		}
+	}
+	return n
 }
 
 // statsRange returns the lowest and highest flow id of v, (MaxInt64, -1)

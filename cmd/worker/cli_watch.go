@@ -88,7 +88,7 @@ worker watch --prefix staging.flow --count 1`)
 // watchLine is one line of `worker watch`.
 func watchLine(at time.Time, s client.State) string {
 	line := fmt.Sprintf("%s  epoch %s  revision %d  flows %d  size %s",
-		at.UTC().Format(watchTimeFormat), s.Epoch, s.Revision, countFlows(s.Value), humanSize(totalSize(s.Value)))
+		at.UTC().Format(watchTimeFormat), s.Epoch, s.Revision, s.Value.Len(), humanSize(totalSize(s.Value)))
 	if s.EpochChanged {
 		line += "  (new epoch)"
 	}

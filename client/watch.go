@@ -77,10 +77,15 @@ func (c *Client) watchFull(ctx context.Context, yield func(State, error) bool) {
 		return
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, c.maxPendingBytes); err != nil {
+		yield(State{}, fmt.Errorf("client: watch %s: %w", c.stateSubject, err))
+		return
+	}
 	reconnected := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(reconnected)
 	w := &watch{c: c, ctx: ctx, yield: yield, sub: sub,
-		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
+		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected,
+		gate: snapshotGate{interval: c.snapshotInterval}}
 	w.run(box)
 }
 
@@ -93,8 +98,14 @@ type watch struct {
 	closed      <-chan nats.SubStatus
 	reconnected <-chan nats.Status
 
+	gate snapshotGate
+
 	cur     State // the state yielded last
 	dropped int   // updates the client library dropped, as last seen
+	// confirmed and suspect are deltaWatch's: the revision of the last
+	// snapshot, and the highest revision of an update that came at or
+	// below the revision held but above confirmed.
+	confirmed, suspect uint64
 }
 
 // run yields the snapshot, then the updates, until the loop or ctx ends.
@@ -103,7 +114,7 @@ func (w *watch) run(box *mailbox) {
 	if !ok {
 		return
 	}
-	w.cur = s
+	w.cur, w.confirmed = s, s.Revision
 	if !w.yield(s, nil) {
 		return
 	}
@@ -134,8 +145,24 @@ func (w *watch) run(box *mailbox) {
 			w.dropped, lost = n, true
 		}
 		if !lost && !u.mixed && u.version.Epoch == w.cur.Epoch {
-			if u.version.Revision <= w.cur.Revision {
+			switch {
+			case u.version.Revision <= w.cur.Revision && u.version.Revision > w.confirmed:
+				// At or below what is held, past the last snapshot: what
+				// is held may not be the worker's. A snapshot tells.
+				w.suspect = max(w.suspect, u.version.Revision)
+				if !w.resync(update{}) {
+					return
+				}
+				continue
+			case u.version.Revision <= w.cur.Revision:
 				continue // stale or a duplicate
+			case u.version.Revision-w.cur.Revision > maxRevisionJump:
+				// Too far ahead to take on its word: checked with a
+				// snapshot, taken only if the worker reached it.
+				if !w.resync(u) {
+					return
+				}
+				continue
 			}
 			if s, err := decodeState(u.msg); err == nil {
 				if !w.emit(s) {
@@ -160,18 +187,31 @@ func (w *watch) resync(u update) bool {
 	if !ok {
 		return false
 	}
+	suspect := w.suspect
+	w.suspect = 0
 	switch {
 	case s.Epoch != w.cur.Epoch:
 		s.EpochChanged = true
 		if !w.emit(s) {
 			return false
 		}
-	case s.Revision > w.cur.Revision:
+	case s.Revision > w.cur.Revision,
+		// The snapshot is the worker's word: below the revision held, it
+		// replaces what is held when an update showed that revision was
+		// not the worker's and the snapshot reached that update.
+		s.Revision < w.cur.Revision && suspect != 0 && s.Revision >= suspect:
 		if !w.emit(s) {
 			return false
 		}
 	}
-	if u.version.Epoch == w.cur.Epoch && u.version.Revision > w.cur.Revision {
+	switch {
+	case s.Version == w.cur.Version:
+		w.confirmed = s.Revision
+	case s.Epoch == w.cur.Epoch:
+		w.confirmed = max(w.confirmed, s.Revision)
+	}
+	if u.version.Epoch == w.cur.Epoch && u.version.Revision > w.cur.Revision &&
+		u.version.Revision-w.cur.Revision <= maxRevisionJump {
 		if s, err := decodeState(u.msg); err == nil {
 			return w.emit(s)
 		}
@@ -189,16 +229,26 @@ func (w *watch) emit(s State) bool {
 // snapshot gets the current state, yielding the errors and retrying with a
 // growing pause until it succeeds; ok is false when the loop or ctx ended.
 func (w *watch) snapshot() (s State, ok bool) {
-	s, _, ok = retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.stateSubject)
+	s, _, ok = retrySnapshot(w.ctx, w.c, &w.gate, w.closed, w.yield, w.c.stateSubject, nil)
 	return s, ok
 }
 
-// retrySnapshot takes a chunked snapshot, yielding the errors and retrying
+// retrySnapshot takes a chunked snapshot, no sooner than gate allows (and
+// calls before, if not nil, just before each get), yielding the errors and retrying
 // with a growing pause until it succeeds; chunked says the worker answered
 // in chunks; ok is false when the loop or ctx ended, or closed fired.
-func retrySnapshot(ctx context.Context, c *Client, closed <-chan nats.SubStatus, yield func(State, error) bool, subject string) (s State, chunked, ok bool) {
+func retrySnapshot(ctx context.Context, c *Client, gate *snapshotGate, closed <-chan nats.SubStatus, yield func(State, error) bool, subject string, before func()) (s State, chunked, ok bool) {
 	wait := minRetryWait
 	for {
+		if !gate.wait(ctx, closed) {
+			if ctx.Err() == nil {
+				yield(State{}, fmt.Errorf("client: watch %s: %w", subject, nats.ErrConnectionClosed))
+			}
+			return State{}, false, false
+		}
+		if before != nil {
+			before()
+		}
 		s, chunked, err := c.getChunked(ctx)
 		if ctx.Err() != nil {
 			return State{}, false, false

@@ -49,6 +49,12 @@ pub enum ErrorKind {
     /// The worker's answer or update breaks PROTOCOL.md (missing headers, an
     /// undecodable body, chunks out of order).
     BadReply,
+    /// A reply or the updates a watch keeps went past one of the client's
+    /// bounds ([`Options::max_flows`](crate::Options::max_flows),
+    /// [`Options::max_get_bytes`](crate::Options::max_get_bytes),
+    /// [`Options::max_pending_bytes`](crate::Options::max_pending_bytes));
+    /// the reason names it. What went past was dropped.
+    Limit,
     /// The NATS connection failed the operation (closed, subject invalid,
     /// payload over the server's max payload).
     Nats,
@@ -192,6 +198,9 @@ impl Error {
             }
             ErrorKind::BadReply => {
                 "the worker does not speak PROTOCOL.md as this client reads it; check its version"
+            }
+            ErrorKind::Limit => {
+                "what went past was dropped; raise the bound the reason names in Options if the worker's state is that large"
             }
             ErrorKind::Nats => "check the NATS connection",
             ErrorKind::InvalidOptions => "nothing was sent; fix the options or the argument",

@@ -165,6 +165,7 @@ impl Client {
             .await
             .map_err(|e| nats_err("publish failed").with_source(e))?;
         let mut joiner = Joiner::<T>::default();
+        let mut bytes = 0usize;
         loop {
             let msg = match timeout_at(deadline, sub.next()).await {
                 Err(_) => {
@@ -186,14 +187,45 @@ impl Client {
                 return Err(Error::new(ErrorKind::NoWorker, "no worker answered").on(subject));
             }
             check_service_error(subject, &msg)?;
+            bytes = bytes.saturating_add(msg.payload.len());
+            if bytes > self.inner.max_get_bytes {
+                return Err(Error::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "the reply passed {} bytes (Options::max_get_bytes)",
+                        self.inner.max_get_bytes
+                    ),
+                )
+                .on(subject));
+            }
             if joiner.n == 0 && header(msg.headers.as_ref(), H_CHUNK).is_none() {
-                let (version, value) = decode_body(&msg).map_err(|e| e.on(subject))?;
+                let (version, value): (Version, T) =
+                    decode_body(&msg).map_err(|e| e.on(subject))?;
+                self.check_flows(value.flow_count())?;
                 return Ok((version, value, 0));
             }
-            if joiner.add(&msg).map_err(|e| e.on(subject))? {
+            let last = joiner.add(&msg).map_err(|e| e.on(subject))?;
+            self.check_flows(joiner.flows)?;
+            if last {
                 return Ok(joiner.finish());
             }
         }
+    }
+
+    /// Fails with [`ErrorKind::Limit`] when n flows are past
+    /// [`Options::max_flows`](crate::Options::max_flows).
+    fn check_flows(&self, n: usize) -> Result<(), Error> {
+        if n > self.inner.max_flows {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "the reply names {n} flows or more, past {} (Options::max_flows)",
+                    self.inner.max_flows
+                ),
+            )
+            .on(&self.inner.get_subject));
+        }
+        Ok(())
     }
 
     /// Returns the aggregate in the single-message form of a v1 get. A worker
@@ -314,6 +346,13 @@ pub(crate) trait Chunked: DeserializeOwned + Default {
     fn id_range(&self) -> Option<(FlowId, FlowId)>;
     /// Adds the flows of a chunk whose ids are all above the value's.
     fn append(&mut self, chunk: Self);
+    /// The number of distinct flows the value names.
+    fn flow_count(&self) -> usize;
+}
+
+/// The number of distinct flow ids among keys.
+fn distinct<'a>(keys: impl Iterator<Item = &'a FlowId>) -> usize {
+    keys.collect::<std::collections::BTreeSet<_>>().len()
 }
 
 /// The lowest and highest flow id of maps, each as its first and last key.
@@ -345,6 +384,10 @@ impl Chunked for FlowStateValue {
         self.last_exec_time_map.extend(chunk.last_exec_time_map);
         self.start_time_map.extend(chunk.start_time_map);
     }
+
+    fn flow_count(&self) -> usize {
+        self.len()
+    }
 }
 
 impl Chunked for StatsView {
@@ -367,6 +410,17 @@ impl Chunked for StatsView {
         self.processed_rows.extend(chunk.processed_rows);
         self.last_errors.extend(chunk.last_errors);
     }
+
+    fn flow_count(&self) -> usize {
+        distinct(
+            self.state_size
+                .keys()
+                .chain(self.last_exec_time_map.keys())
+                .chain(self.start_time_map.keys())
+                .chain(self.processed_rows.keys())
+                .chain(self.last_errors.keys()),
+        )
+    }
 }
 
 /// Joins the chunks of one snapshot of a view.
@@ -377,6 +431,9 @@ pub(crate) struct Joiner<T> {
     n: usize, // chunks announced
     value: T,
     last: Option<u32>, // the highest flow id so far
+    /// The distinct flows of the chunks so far (their ranges do not
+    /// overlap, so their counts add up).
+    pub(crate) flows: usize,
 }
 
 impl<T: Chunked> Joiner<T> {
@@ -433,6 +490,7 @@ impl<T: Chunked> Joiner<T> {
         if let Some((_, hi)) = range {
             self.last = Some(hi);
         }
+        self.flows += value.flow_count();
         self.value.append(value);
         self.i = i;
         Ok(())

@@ -159,6 +159,32 @@ impl FlowStateValue {
         flows.into_values().collect()
     }
 
+    /// Returns the number of distinct flows the value names, in any map.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use flowstate_client::FlowStateValue;
+    ///
+    /// let value = FlowStateValue::new(BTreeMap::from([(1, 8)]), BTreeMap::from([(1, 5), (2, 6)]), BTreeMap::new());
+    /// assert_eq!(value.len(), 2);
+    /// ```
+    pub fn len(&self) -> usize {
+        let in_size_or_last = |id: &FlowId| {
+            self.state_size.contains_key(id) || self.last_exec_time_map.contains_key(id)
+        };
+        self.state_size.len()
+            + self
+                .last_exec_time_map
+                .keys()
+                .filter(|id| !self.state_size.contains_key(id))
+                .count()
+            + self
+                .start_time_map
+                .keys()
+                .filter(|id| !in_size_or_last(id))
+                .count()
+    }
+
     /// Returns flow `id`'s entry: every field `None` when the value lacks it.
     ///
     /// ```
@@ -311,9 +337,16 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// How deep a msgpack item may nest.
+const MAX_MSGPACK_DEPTH: usize = 32;
+
 /// Decodes one msgpack item of type T that takes all of data.
 pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Result<T, Error> {
     let mut de = rmp_serde::Deserializer::new(Cursor::new(data));
+    // No form nests deeper than a few levels; an unknown field nested deeper
+    // is refused before it takes the stack (a debug build overflows near
+    // rmp-serde's default of 1,024).
+    de.set_max_depth(MAX_MSGPACK_DEPTH);
     let v = T::deserialize(&mut de).map_err(|e| {
         Error::new(
             ErrorKind::BadReply,

@@ -365,3 +365,31 @@ pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Re
     }
     Ok(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deep_nesting_in_an_unknown_field_is_refused_not_a_stack_overflow() {
+        // {"state_size": {}, "last_exec_time_map": {}, "x": [[[...nil...]]]}.
+        let value_with = |depth: usize| {
+            let mut data = vec![0x83, 0xaa];
+            data.extend(b"state_size\x80\xb2last_exec_time_map\x80\xa1x");
+            data.extend(std::iter::repeat_n(0x91, depth));
+            data.push(0xc0);
+            data
+        };
+        let data = value_with(1000);
+        let e = FlowStateValue::from_msgpack(&data).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadReply, "{e}");
+        assert!(e.reason().contains("depth"), "{e}");
+
+        // As deep as the forms nest, and a few levels more, is fine.
+        assert!(
+            FlowStateValue::from_msgpack(&value_with(8))
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

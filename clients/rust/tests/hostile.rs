@@ -15,10 +15,9 @@ use flowstate_client::{
     State, Version, Watch,
 };
 use futures_util::StreamExt;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-use common::{NatsServer, WAIT_TIMEOUT, Worker, client, client_with};
+use common::{NatsServer, RawPeer, WAIT_TIMEOUT, Worker, client, client_with};
 
 /// Waits for the watch's state of version want, skipping errors.
 async fn until(w: &mut Watch, want: &Version) -> State {
@@ -233,66 +232,6 @@ async fn a_resync_storm_costs_the_worker_a_bounded_number_of_gets() {
         took <= bound,
         "{took} gets over {elapsed:?} of a resync storm"
     );
-}
-
-/// A connection speaking the NATS protocol by hand, to publish headers no
-/// client library would write.
-struct RawPeer {
-    rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
-    wr: tokio::net::tcp::OwnedWriteHalf,
-}
-
-impl RawPeer {
-    async fn connect(port: u16) -> Self {
-        let (rd, wr) = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap()
-            .into_split();
-        let mut p = RawPeer {
-            rd: BufReader::new(rd),
-            wr,
-        };
-        let mut info = String::new();
-        p.rd.read_line(&mut info).await.unwrap();
-        assert!(info.starts_with("INFO "), "{info}");
-        p.wr.write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n")
-            .await
-            .unwrap();
-        p.ping().await;
-        p
-    }
-
-    /// Sends PING and waits for PONG: the server took what came before.
-    async fn ping(&mut self) {
-        self.wr.write_all(b"PING\r\n").await.unwrap();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(WAIT_TIMEOUT, self.rd.read_line(&mut line))
-                .await
-                .expect("PONG in time")
-                .unwrap();
-            assert!(n > 0, "the server closed the raw connection");
-            assert!(!line.starts_with("-ERR"), "the server refused: {line}");
-            if line.starts_with("PONG") {
-                return;
-            }
-        }
-    }
-
-    /// Publishes header bytes hdr and payload on subject as they are.
-    async fn hpub(&mut self, subject: &str, hdr: &[u8], payload: &[u8]) {
-        let mut m = format!(
-            "HPUB {subject} {} {}\r\n",
-            hdr.len(),
-            hdr.len() + payload.len()
-        )
-        .into_bytes();
-        m.extend_from_slice(hdr);
-        m.extend_from_slice(payload);
-        m.extend_from_slice(b"\r\n");
-        self.wr.write_all(&m).await.unwrap();
-        self.ping().await;
-    }
 }
 
 /// The malformed headers: a lone CR in a value, a byte that is not UTF-8, a

@@ -68,9 +68,9 @@ const (
 	// DefaultMaxGetBytes holds a stats view of DefaultMaxFlows flows with
 	// the worker's default --max-error-bytes (16 MiB) of errors.
 	DefaultMaxGetBytes = 64 << 20
-	// DefaultMaxPendingBytes is eight updates of the server's default max
+	// DefaultMaxPendingBytes is four updates of the server's default max
 	// payload (1 MB).
-	DefaultMaxPendingBytes = 8 << 20
+	DefaultMaxPendingBytes = 4 << 20
 	// DefaultSnapshotInterval lets a watch take at most two snapshots a
 	// second.
 	DefaultSnapshotInterval = 500 * time.Millisecond

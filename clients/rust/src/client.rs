@@ -38,9 +38,9 @@ pub const DEFAULT_MAX_FLOWS: usize = 100_000;
 pub const DEFAULT_MAX_GET_BYTES: usize = 64 << 20;
 
 /// The most bytes of updates a watch keeps waiting when
-/// [`Options::max_pending_bytes`] is not set: eight updates of the server's
+/// [`Options::max_pending_bytes`] is not set: four updates of the server's
 /// default max payload (1 MB).
-pub const DEFAULT_MAX_PENDING_BYTES: usize = 8 << 20;
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 4 << 20;
 
 /// The least time between two snapshots of a watch when
 /// [`Options::snapshot_interval`] is not set: at most two gets a second.

@@ -31,17 +31,26 @@ const (
 //
 //   - Within an epoch, revisions strictly increase: an update whose epoch is
 //     the current one and whose revision is not greater is skipped, so no
-//     state is yielded twice or goes backwards.
+//     state is yielded twice or goes backwards. The one exception is a
+//     forged update: a snapshot is the worker's word, and one below the
+//     revision held replaces what is held when an update at or below that
+//     revision, past the last snapshot, showed it was not the worker's; an
+//     update more than 2^20 revisions ahead is checked with a snapshot
+//     before it is taken (see docs/clients.md).
 //   - An update of another epoch makes Watch take a new snapshot, which
 //     decides the current epoch; when it differs from the last one, that state
 //     is yielded with EpochChanged set, and Watch follows the new epoch.
 //     Watch also takes a new snapshot when the connection reconnects or the
 //     client library dropped updates, since the newest may have been lost.
-//   - Buffering is bounded: while the loop body runs, Watch keeps only the
-//     newest full update, or a bounded queue of deltas (past it, the client
-//     library drops them and Watch takes a snapshot), so a slow loop skips
-//     intermediate states but never sees them out of order, and once
-//     updates stop the last state yielded is the latest.
+//   - Buffering is bounded in bytes: while the loop body runs or a
+//     snapshot is taken, Watch keeps only the newest full update, or a queue
+//     of deltas of at most Options.MaxPendingBytes (past it, it drops them
+//     all, yields an error wrapping ErrLimit the first time, and takes a
+//     snapshot), so a slow loop skips intermediate states but never sees
+//     them out of order, and once updates stop the last state yielded is
+//     the latest. Deltas cannot take the state held past Options.MaxFlows
+//     (a snapshot then tells, and fails while the worker's state is past
+//     it). Snapshots are at least Options.SnapshotInterval apart.
 //
 // Each state carries the flows that changed since the state yielded before
 // (State.Changed). Following deltas, Watch updates one Value in place: a

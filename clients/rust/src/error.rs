@@ -46,6 +46,11 @@ pub enum ErrorKind {
     /// No answer within the client's timeout ([`Options::timeout`](crate::Options::timeout)).
     /// A report sent with [`Client::send`](crate::Client::send) may still be applied.
     TimedOut,
+    /// The connection dropped and reconnected while a get waited for its
+    /// answer (a server restart, or a message the NATS library could not
+    /// parse, such as a header that is not UTF-8): the answer is lost, and
+    /// the get ends at once instead of at its timeout. Retry.
+    Reconnected,
     /// The worker's answer or update breaks PROTOCOL.md (missing headers, an
     /// undecodable body, chunks out of order).
     BadReply,
@@ -195,6 +200,9 @@ impl Error {
             }
             ErrorKind::TimedOut => {
                 "the worker did not answer in time (Options::timeout); retry, or raise Options::timeout, e.g. Duration::from_secs(10)"
+            }
+            ErrorKind::Reconnected => {
+                "the answer was lost with the connection; retry (only workers may publish on the state subjects and inboxes: see docs/clients.md)"
             }
             ErrorKind::BadReply => {
                 "the worker does not speak PROTOCOL.md as this client reads it; check its version"

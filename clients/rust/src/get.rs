@@ -2,6 +2,8 @@
 //! view ([`StatsSnapshot`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use async_nats::{HeaderMap, Message};
 use bytes::Bytes;
@@ -16,6 +18,9 @@ use crate::client::{
 use crate::error::{Error, ErrorKind};
 use crate::health::StatsView;
 use crate::value::{FlowId, FlowStateValue, Version, decode_msgpack};
+
+/// How often a get looks whether the connection reconnected.
+const RECONNECT_CHECK: Duration = Duration::from_millis(100);
 
 /// The most chunks one snapshot may announce, so that a bad header cannot
 /// keep a get reading forever (1,000,000 flows take about 36 chunks of 1 MB).
@@ -166,8 +171,26 @@ impl Client {
             .map_err(|e| nats_err("publish failed").with_source(e))?;
         let mut joiner = Joiner::<T>::default();
         let mut bytes = 0usize;
+        // What the server sent while the connection was down is lost: a
+        // reconnect ends the get at once.
+        let connects = || self.nats.statistics().connects.load(Ordering::Relaxed);
+        let connected = connects();
+        let mut check = tokio::time::interval(RECONNECT_CHECK);
         loop {
-            let msg = match timeout_at(deadline, sub.next()).await {
+            let next = tokio::select! {
+                next = timeout_at(deadline, sub.next()) => next,
+                _ = check.tick() => {
+                    if connects() != connected {
+                        return Err(Error::new(
+                            ErrorKind::Reconnected,
+                            "the connection reconnected during the get",
+                        )
+                        .on(subject));
+                    }
+                    continue;
+                }
+            };
+            let msg = match next {
                 Err(_) => {
                     let got = if joiner.n == 0 {
                         "no answer".to_string()

@@ -64,8 +64,7 @@ func (c *Client) getChunks(ctx context.Context, view string, take func(*nats.Msg
 			return fmt.Errorf("client: %s: %w", c.getSubject, err)
 		}
 		if code := msg.Header.Get(protocol.HeaderErrorCode); code != "" {
-			n, _ := strconv.Atoi(code)
-			return &ServiceError{Subject: c.getSubject, Code: n, Reason: msg.Header.Get(protocol.HeaderError)}
+			return newServiceError(c.getSubject, code, msg.Header.Get(protocol.HeaderError))
 		}
 		if total += len(msg.Data); total > c.maxGetBytes {
 			return fmt.Errorf("%w: the reply to %s passed %d bytes (MaxGetBytes)", ErrLimit, c.getSubject, c.maxGetBytes)

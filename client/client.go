@@ -217,8 +217,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 		return nil, fmt.Errorf("client: %s: %w", msg.Subject, err)
 	}
 	if code := reply.Header.Get(protocol.HeaderErrorCode); code != "" {
-		n, _ := strconv.Atoi(code)
-		return nil, &ServiceError{Subject: msg.Subject, Code: n, Reason: reply.Header.Get(protocol.HeaderError)}
+		return nil, newServiceError(msg.Subject, code, reply.Header.Get(protocol.HeaderError))
 	}
 	return reply, nil
 }

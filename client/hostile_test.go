@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -236,4 +237,31 @@ func TestAResyncStormCostsTheWorkerABoundedNumberOfGets(t *testing.T) {
 	// At most one get per interval, and the first at once.
 	bound := int64(elapsed/client.DefaultSnapshotInterval) + 2
 	assert.LessOrEqual(t, gets.Load()-before, bound, "gets over %v of a resync storm", elapsed)
+}
+
+func TestAServiceErrorIsCutEscapedAndItsCodeChecked(t *testing.T) {
+	srv := startServer(t)
+	// A reason of 900 KB that starts with ANSI escapes and a BEL, and a
+	// code that is not a number.
+	reason := "\x1b[31mred\a" + strings.Repeat("x", 900_000)
+	fakeWorker(t, srv, func(nc *nats.Conn, req *nats.Msg) {
+		reply := nats.NewMsg(req.Reply)
+		reply.Header.Set(protocol.HeaderErrorCode, "abc")
+		reply.Header.Set(protocol.HeaderError, reason)
+		_ = nc.PublishMsg(reply)
+	})
+	c := newClient(t, srv, client.Options{})
+	for name, get := range map[string]func() error{
+		"Get":          func() error { _, err := c.Get(testCtx(t)); return err },
+		"GetStatsJSON": func() error { _, _, err := c.GetStatsJSON(testCtx(t)); return err },
+	} {
+		err := get()
+		var se *client.ServiceError
+		require.ErrorAs(t, err, &se, name)
+		assert.Equal(t, 500, se.Code, "%s: a code that is not a number is 500, anything else", name)
+		assert.True(t, strings.HasPrefix(se.Reason, `\x1b[31mred\x07`), "%s: %.40q", name, se.Reason)
+		assert.Less(t, len(err.Error()), 1200, name)
+		assert.NotContains(t, err.Error(), "\x1b", name)
+		assert.NotContains(t, err.Error(), "\a", name)
+	}
 }

@@ -113,6 +113,12 @@ impl Error {
         self
     }
 
+    /// Prefixes the reason with what, keeping the kind and the source.
+    pub(crate) fn prefixed(mut self, what: &str) -> Self {
+        self.reason = format!("{what}: {}", self.reason);
+        self
+    }
+
     /// The error of a reply with the service error headers.
     pub(crate) fn service(subject: &str, code: u16, reason: &str) -> Self {
         let kind = match code {
@@ -127,7 +133,7 @@ impl Error {
             kind,
             subject: Some(subject.to_string()),
             code: Some(code),
-            reason: reason.to_string(),
+            reason: clean_reason(reason),
             source: None,
         }
     }
@@ -214,6 +220,26 @@ impl Error {
             ErrorKind::InvalidOptions => "nothing was sent; fix the options or the argument",
         }
     }
+}
+
+/// Returns a reason from a reply fit for a log line or a terminal: cut to at
+/// most 1,024 bytes at a character boundary (with "..." after it), each
+/// control character written as an escape (`\x1b`, `\u0085`), as the Go
+/// client does.
+pub(crate) fn clean_reason(s: &str) -> String {
+    let cut = crate::health::cut_message(s);
+    let mut out = String::with_capacity(cut.len());
+    for c in cut.chars() {
+        match c as u32 {
+            n if c.is_control() && n < 0x80 => out.push_str(&format!("\\x{n:02x}")),
+            n if c.is_control() => out.push_str(&format!("\\u{n:04x}")),
+            _ => out.push(c),
+        }
+    }
+    if cut.len() < s.len() {
+        out.push_str("...");
+    }
+    out
 }
 
 impl fmt::Display for Error {

@@ -465,12 +465,8 @@ impl<T: Chunked> Joiner<T> {
         let version = parse_version(msg.headers.as_ref())?;
         let chunk = header(msg.headers.as_ref(), H_CHUNK).unwrap_or("");
         let (i, n) = parse_chunk(chunk)?;
-        let value: T = decode_msgpack(&msg.payload, T::WHAT).map_err(|e| {
-            Error::new(
-                ErrorKind::BadReply,
-                format!("chunk {i}/{n}: {}", e.reason()),
-            )
-        })?;
+        let value: T = decode_msgpack(&msg.payload, T::WHAT)
+            .map_err(|e| e.prefixed(&format!("chunk {i}/{n}")))?;
         self.add_value(version, i, n, value)?;
         Ok(i == n)
     }

@@ -350,8 +350,9 @@ pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Re
     let v = T::deserialize(&mut de).map_err(|e| {
         Error::new(
             ErrorKind::BadReply,
-            format!("{what} is not valid msgpack of its form: {e}"),
+            format!("{what} is not valid msgpack of its form"),
         )
+        .with_source(e)
     })?;
     let used = de.position();
     if used != data.len() as u64 {
@@ -383,7 +384,8 @@ mod tests {
         let data = value_with(1000);
         let e = FlowStateValue::from_msgpack(&data).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::BadReply, "{e}");
-        assert!(e.reason().contains("depth"), "{e}");
+        let cause = std::error::Error::source(&e).expect("the decoder's error is kept");
+        assert!(cause.to_string().contains("depth"), "{e}");
 
         // As deep as the forms nest, and a few levels more, is fine.
         assert!(

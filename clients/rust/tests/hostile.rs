@@ -349,3 +349,37 @@ async fn malformed_headers_on_updates_and_replies_end_no_connection() {
         assert_eq!(kind, Err(want), "{what}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_error_is_cut_escaped_and_its_code_checked() {
+    let server = NatsServer::start(&[]);
+    // A reason of 900 KB that starts with ANSI escapes and a BEL, and a code
+    // that is not a number.
+    fake_worker(&server.url, "fakeerr", |nc, reply| async move {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Service-Error-Code", "abc");
+        let reason = format!("\x1b[31mred\x07{}", "x".repeat(900_000));
+        h.insert("Nats-Service-Error", reason.as_str());
+        let _ = nc.publish_with_headers(reply, h, Bytes::new()).await;
+    })
+    .await;
+    let c = client(&server.url, "fakeerr").await;
+    for (what, e) in [
+        ("get", c.get().await.unwrap_err()),
+        ("get_stats_json", c.get_stats_json().await.unwrap_err()),
+    ] {
+        assert_eq!(
+            (e.kind(), e.code()),
+            (ErrorKind::Service, Some(500)),
+            "{what}: a code that is not a number is 500"
+        );
+        assert!(
+            e.reason().starts_with("\\x1b[31mred\\x07"),
+            "{what}: {:.40}",
+            e.reason()
+        );
+        let shown = e.to_string();
+        assert!(shown.len() < 1400, "{what}: {} bytes", shown.len());
+        assert!(!shown.contains(['\x1b', '\x07']), "{what}");
+    }
+}

@@ -207,17 +207,32 @@ func idRange(v flowstate.FlowStateValue) (lo, hi int64) {
 	return lo, hi
 }
 
-// parseChunk parses a Flow-State-Chunk header, "<i>/<n>" with 1 <= i <= n.
+// parseChunk parses a Flow-State-Chunk header, "<i>/<n>": decimal digits
+// without sign or leading zero, 1 <= i <= n <= maxChunks.
 func parseChunk(h string) (i, n int, err error) {
 	a, b, ok := strings.Cut(h, "/")
-	if ok {
+	if ok && canonicalUint(a) && canonicalUint(b) {
 		i, err = strconv.Atoi(a)
 		if err == nil {
 			n, err = strconv.Atoi(b)
 		}
 	}
-	if !ok || err != nil || i < 1 || i > n || n > maxChunks {
+	if !ok || err != nil || !canonicalUint(a) || !canonicalUint(b) || i < 1 || i > n || n > maxChunks {
 		return 0, 0, fmt.Errorf("%w: %s %q is not <i>/<n>", ErrBadReply, protocol.HeaderChunk, h)
 	}
 	return i, n, nil
+}
+
+// canonicalUint reports whether s is decimal digits without a leading
+// zero (or "0").
+func canonicalUint(s string) bool {
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

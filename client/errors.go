@@ -43,11 +43,12 @@ type ServiceError struct {
 }
 
 // newServiceError returns the error of a reply with the service error
-// headers code and reason: a code that is not a number from 100 to 999 is
+// headers code and reason: a code that is not three digits, 100 to 999, is
 // 500 (anything else), and the reason is cleaned (cleanReason).
 func newServiceError(subject, code, reason string) *ServiceError {
-	n, err := strconv.Atoi(strings.TrimSpace(code))
-	if err != nil || n < 100 || n > 999 {
+	code = strings.TrimSpace(code)
+	n, err := strconv.Atoi(code)
+	if err != nil || !canonicalUint(code) || n < 100 || n > 999 {
 		n = 500
 	}
 	return &ServiceError{Subject: subject, Code: n, Reason: cleanReason(reason)}

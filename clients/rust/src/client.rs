@@ -487,14 +487,12 @@ pub(crate) fn check_service_error(subject: &str, msg: &Message) -> Result<(), Er
     let h = msg.headers.as_ref();
     match header(h, H_ERROR_CODE) {
         None => Ok(()),
-        // A code that is not a number from 100 to 999 is 500: anything else.
+        // A code that is not three digits, 100 to 999, is 500: anything else.
         Some(code) => Err(Error::service(
             subject,
-            code.trim()
-                .parse()
-                .ok()
+            crate::get::canonical_uint(code.trim())
                 .filter(|c| (100..=999).contains(c))
-                .unwrap_or(500),
+                .map_or(500, |c| c as u16),
             header(h, H_ERROR).unwrap_or(""),
         )),
     }

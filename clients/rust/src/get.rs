@@ -521,11 +521,12 @@ impl<T: Chunked> Joiner<T> {
     }
 }
 
-/// Parses a Flow-State-Chunk header, "<i>/<n>" with 1 <= i <= n.
+/// Parses a Flow-State-Chunk header, "<i>/<n>": decimal digits without sign
+/// or leading zero, 1 <= i <= n <= [`MAX_CHUNKS`].
 fn parse_chunk(h: &str) -> Result<(usize, usize), Error> {
     let parsed = h
         .split_once('/')
-        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+        .and_then(|(a, b)| Some((canonical_uint(a)?, canonical_uint(b)?)));
     match parsed {
         Some((i, n)) if i >= 1 && i <= n && n <= MAX_CHUNKS => Ok((i, n)),
         _ => Err(Error::new(
@@ -535,9 +536,65 @@ fn parse_chunk(h: &str) -> Result<(usize, usize), Error> {
     }
 }
 
+/// Parses s if it is decimal digits without a leading zero (or "0").
+pub(crate) fn canonical_uint(s: &str) -> Option<usize> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (s.len() > 1 && s.starts_with('0')) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// testdata/vectors/hostile.json: replies a peer that is not the worker
+    /// could send, read the same way by the Go client, this crate and the
+    /// JavaScript client.
+    #[test]
+    fn hostile_vectors() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/vectors/hostile.json"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(v["max_chunks"].as_u64(), Some(MAX_CHUNKS as u64));
+        for c in v["chunk_headers"].as_array().unwrap() {
+            let h = c["header"].as_str().unwrap();
+            let want = c["n"]
+                .as_u64()
+                .map(|n| (c["i"].as_u64().unwrap() as usize, n as usize));
+            assert_eq!(parse_chunk(h).ok(), want, "{h:?}");
+        }
+        for c in v["error_codes"].as_array().unwrap() {
+            let code = c["code"].as_str().unwrap();
+            let mut h = HeaderMap::new();
+            h.insert(crate::client::H_ERROR_CODE, code);
+            let msg = Message {
+                subject: "s".into(),
+                reply: None,
+                payload: Bytes::new(),
+                headers: Some(h),
+                status: None,
+                description: None,
+                length: 0,
+            };
+            let e = check_service_error("s", &msg).unwrap_err();
+            assert_eq!(
+                e.code(),
+                c["want"].as_u64().map(|w| w as u16),
+                "code {code:?}"
+            );
+        }
+        for c in v["reasons"].as_array().unwrap() {
+            let reason = c["reason"].as_str().unwrap();
+            let reason = reason.repeat(c["repeat"].as_u64().unwrap_or(1) as usize);
+            let e = Error::service("s", 500, &reason);
+            assert_eq!(e.reason(), c["want"].as_str().unwrap(), "{:.40}", reason);
+        }
+    }
 
     #[test]
     fn parse_chunk_takes_i_of_n_and_refuses_the_rest() {

@@ -356,8 +356,9 @@ fn decode_body<T: Chunked>(msg: &Message) -> Result<(Version, T), Error> {
             .with_source(e)
         })?
     } else {
-        decode_msgpack(&msg.payload, T::WHAT)?
+        decode_msgpack::<T>(&msg.payload, T::WHAT)?
     };
+    value.check()?;
     Ok((version, value))
 }
 
@@ -371,6 +372,10 @@ pub(crate) trait Chunked: DeserializeOwned + Default {
     fn append(&mut self, chunk: Self);
     /// The number of distinct flows the value names.
     fn flow_count(&self) -> usize;
+    /// Refuses a value that breaks PROTOCOL.md past what its form says.
+    fn check(&self) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The number of distinct flow ids among keys.
@@ -434,6 +439,38 @@ impl Chunked for StatsView {
         self.last_errors.extend(chunk.last_errors);
     }
 
+    /// At most [`MAX_FLOW_ERRORS`](crate::MAX_FLOW_ERRORS) errors a flow,
+    /// each message 1 to [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE)
+    /// bytes, as the worker writes them and the Go client checks.
+    fn check(&self) -> Result<(), Error> {
+        for (id, errors) in &self.last_errors {
+            if errors.len() > crate::MAX_FLOW_ERRORS {
+                return Err(Error::new(
+                    ErrorKind::BadReply,
+                    format!(
+                        "flow {id} has {} errors, more than {}",
+                        errors.len(),
+                        crate::MAX_FLOW_ERRORS
+                    ),
+                ));
+            }
+            if let Some(e) = errors
+                .iter()
+                .find(|e| e.message.is_empty() || e.message.len() > crate::MAX_ERROR_MESSAGE)
+            {
+                return Err(Error::new(
+                    ErrorKind::BadReply,
+                    format!(
+                        "flow {id} has an error message of {} bytes, not 1 to {}",
+                        e.message.len(),
+                        crate::MAX_ERROR_MESSAGE
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn flow_count(&self) -> usize {
         distinct(
             self.state_size
@@ -466,6 +503,9 @@ impl<T: Chunked> Joiner<T> {
         let chunk = header(msg.headers.as_ref(), H_CHUNK).unwrap_or("");
         let (i, n) = parse_chunk(chunk)?;
         let value: T = decode_msgpack(&msg.payload, T::WHAT)
+            .map_err(|e| e.prefixed(&format!("chunk {i}/{n}")))?;
+        value
+            .check()
             .map_err(|e| e.prefixed(&format!("chunk {i}/{n}")))?;
         self.add_value(version, i, n, value)?;
         Ok(i == n)

@@ -383,3 +383,33 @@ async fn a_service_error_is_cut_escaped_and_its_code_checked() {
         assert!(!shown.contains(['\x1b', '\x07']), "{what}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stats_view_past_the_contract_is_refused() {
+    let server = NatsServer::start(&[]);
+    for (prefix, errors, message_len) in [("manyerrs", 20_000, 1), ("longmsg", 1, 900_000)] {
+        fake_worker(&server.url, prefix, move |nc, reply| async move {
+            let error = flowstate_client::StatsError {
+                time: 1,
+                node_id: 1,
+                message: "m".repeat(message_len),
+            };
+            let view = flowstate_client::StatsView {
+                last_errors: [(1, vec![error; errors])].into(),
+                ..Default::default()
+            };
+            let mut h = HeaderMap::new();
+            h.insert("Flow-State-Epoch", "fake");
+            h.insert("Flow-State-Revision", "1");
+            h.insert("Content-Type", "application/msgpack");
+            h.insert("Flow-State-Chunk", "1/1");
+            let _ = nc
+                .publish_with_headers(reply, h, Bytes::from(view.to_msgpack()))
+                .await;
+        })
+        .await;
+        let c = client(&server.url, prefix).await;
+        let e = c.get_stats().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadReply, "{prefix}: {e}");
+    }
+}

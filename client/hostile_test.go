@@ -265,3 +265,25 @@ func TestAServiceErrorIsCutEscapedAndItsCodeChecked(t *testing.T) {
 		assert.NotContains(t, err.Error(), "\a", name)
 	}
 }
+
+func TestGetStatsJSONRefusesBytesThatAreNotTheView(t *testing.T) {
+	for _, body := range []string{
+		"not json",
+		`{"state_size":{}}`,
+		`{"state_size":{},"last_exec_time_map":{},"start_time_map":{},"processed_rows":{},"last_errors":{}} trailing`,
+		`{"state_size":{},"last_exec_time_map":{},"start_time_map":{},"processed_rows":{},"last_errors":{"1":[{"time":1,"node_id":1,"message":"a"},{"time":1,"node_id":1,"message":"a"},{"time":1,"node_id":1,"message":"a"},{"time":1,"node_id":1,"message":"a"}]}}`,
+	} {
+		srv := startServer(t)
+		fakeWorker(t, srv, func(nc *nats.Conn, req *nats.Msg) {
+			reply := nats.NewMsg(req.Reply)
+			reply.Header.Set(protocol.HeaderEpoch, "fake")
+			reply.Header.Set(protocol.HeaderRevision, "1")
+			reply.Header.Set(protocol.HeaderContentType, protocol.ContentTypeJSON)
+			reply.Data = []byte(body)
+			_ = nc.PublishMsg(reply)
+		})
+		c := newClient(t, srv, client.Options{})
+		_, _, err := c.GetStatsJSON(testCtx(t))
+		assert.ErrorIs(t, err, client.ErrBadReply, "%.40s", body)
+	}
+}

@@ -85,7 +85,9 @@ pub struct JsonSnapshot {
     /// The state's epoch and revision.
     pub version: Version,
     /// Exactly the bytes GreptimeDB's serde_json writes for `FlowStateValue`;
-    /// of the stats view, the bytes serde_json writes for [`StatsView`].
+    /// of the stats view, the bytes serde_json writes for [`StatsView`]. The
+    /// bytes are the worker's as they came, checked to be one JSON object of
+    /// that shape (else the get is [`ErrorKind::BadReply`]).
     pub json: Bytes,
 }
 
@@ -327,11 +329,43 @@ impl Client {
             )
             .on(subject));
         }
+        // The bytes are passed on as they came, once they are checked to be
+        // JSON of the view's shape.
+        match view {
+            None => {
+                check_json::<FlowStateValue>(&reply.payload, &["state_size", "last_exec_time_map"])
+            }
+            Some(_) => check_json::<StatsView>(
+                &reply.payload,
+                &[
+                    "state_size",
+                    "last_exec_time_map",
+                    "start_time_map",
+                    "processed_rows",
+                    "last_errors",
+                ],
+            ),
+        }
+        .map_err(|e| e.on(subject))?;
         Ok(JsonSnapshot {
             version,
             json: reply.payload,
         })
     }
+}
+
+/// Refuses data unless it is one JSON object of T's shape with each of the
+/// keys `required`, checked as a chunk of T is.
+fn check_json<T: Chunked>(data: &[u8], required: &[&str]) -> Result<(), Error> {
+    let bad = |what: String| Error::new(ErrorKind::BadReply, what);
+    let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(data)
+        .map_err(|e| bad(format!("the JSON {} does not decode", T::WHAT)).with_source(e))?;
+    if let Some(k) = required.iter().find(|k| !obj.contains_key(**k)) {
+        return Err(bad(format!("the JSON {} lacks {k:?}", T::WHAT)));
+    }
+    let v: T = serde_json::from_value(serde_json::Value::Object(obj))
+        .map_err(|e| bad(format!("the JSON {} does not decode", T::WHAT)).with_source(e))?;
+    v.check()
 }
 
 /// The media type of a Content-Type value, without parameters.

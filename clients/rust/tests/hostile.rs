@@ -413,3 +413,33 @@ async fn a_stats_view_past_the_contract_is_refused() {
         assert_eq!(e.kind(), ErrorKind::BadReply, "{prefix}: {e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_gets_refuse_bytes_that_are_not_the_view() {
+    let server = NatsServer::start(&[]);
+    for (n, body) in [
+        "not json",
+        r#"{"state_size":{}}"#,
+        r#"{"state_size":{},"last_exec_time_map":{}} trailing"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let prefix = format!("fakejson{n}");
+        fake_worker(&server.url, &prefix, move |nc, reply| async move {
+            let mut h = HeaderMap::new();
+            h.insert("Flow-State-Epoch", "fake");
+            h.insert("Flow-State-Revision", "1");
+            h.insert("Content-Type", "application/json");
+            let _ = nc
+                .publish_with_headers(reply, h, Bytes::from_static(body.as_bytes()))
+                .await;
+        })
+        .await;
+        let c = client(&server.url, &prefix).await;
+        let e = c.get_json().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadReply, "get_json {body}: {e}");
+        let e = c.get_stats_json().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadReply, "get_stats_json {body}: {e}");
+    }
+}

@@ -37,12 +37,26 @@ func forgedDelta(v flowstate.Version, base uint64, id flowstate.FlowID, size uin
 	return msg
 }
 
+// forgedFull returns a full update on flow.state of version v setting flow
+// id to size.
+func forgedFull(v flowstate.Version, id flowstate.FlowID, size uint64) *nats.Msg {
+	msg := nats.NewMsg(protocol.DefaultPrefix + ".state")
+	msg.Header.Set(protocol.HeaderEpoch, v.Epoch)
+	msg.Header.Set(protocol.HeaderRevision, strconv.FormatUint(v.Revision, 10))
+	msg.Data = codec.AppendAggregate(nil, []flowstate.Flow{{ID: id, StateSize: size, Has: flowstate.HasStateSize}})
+	return msg
+}
+
 func TestWatchIsNotFrozenByAForgedRevision(t *testing.T) {
-	for _, ahead := range []uint64{5, math.MaxUint64} {
-		t.Run(fmt.Sprint(ahead), func(t *testing.T) {
+	for _, tc := range []struct {
+		mode  client.WatchMode
+		ahead uint64
+	}{{client.WatchAuto, 5}, {client.WatchAuto, math.MaxUint64}, {client.WatchV1, 5}, {client.WatchV1, math.MaxUint64}} {
+		ahead := tc.ahead
+		t.Run(fmt.Sprint(tc.mode, "/", ahead), func(t *testing.T) {
 			srv := startServer(t)
 			startWorker(t, srv, consumer.Config{})
-			c := newClient(t, srv, client.Options{})
+			c := newClient(t, srv, client.Options{WatchMode: tc.mode})
 			first := mustSend(t, c, report(1, 10, 1000, 1))
 			w := startWatch(t, c, nil)
 			w.until(t, func(s client.State) bool { return s.Version == first })
@@ -54,7 +68,12 @@ func TestWatchIsNotFrozenByAForgedRevision(t *testing.T) {
 				rev = math.MaxUint64
 			}
 			forger := connect(t, srv)
-			require.NoError(t, forger.PublishMsg(forgedDelta(flowstate.Version{Epoch: first.Epoch, Revision: rev}, first.Revision, 1, 999999)))
+			forged := flowstate.Version{Epoch: first.Epoch, Revision: rev}
+			msg := forgedDelta(forged, first.Revision, 1, 999999)
+			if tc.mode == client.WatchV1 {
+				msg = forgedFull(forged, 1, 999999)
+			}
+			require.NoError(t, forger.PublishMsg(msg))
 			require.NoError(t, forger.Flush())
 
 			// The worker's next revisions reach the watch, with the

@@ -51,7 +51,7 @@ worker watch --prefix staging.flow --count 1`)
 		return code
 	}
 	defer nc.Close()
-	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, WatchMode: watchMode})
+	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, WatchMode: watchMode, MaxFlows: cliMaxFlows, MaxGetBytes: cliMaxGetBytes})
 	if err != nil {
 		return c.errorf(stderr, "%v", err)
 	}

@@ -83,7 +83,7 @@ func (c *Client) getChunked(ctx context.Context) (s State, chunked bool, err err
 	var value flowstate.FlowStateValue
 	flows := 0
 	err = c.getChunks(ctx, protocol.ViewSeed, func(msg *nats.Msg) (bool, error) {
-		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
+		if j.n == 0 && msg.Header.Values(protocol.HeaderChunk) == nil {
 			s, err = decodeState(msg)
 			if err == nil {
 				err = c.checkFlows(s.Value.Len())

@@ -119,7 +119,7 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 	var version flowstate.Version
 	flows := 0
 	err := c.getChunks(ctx, protocol.ViewStats, func(msg *nats.Msg) (bool, error) {
-		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
+		if j.n == 0 && msg.Header.Values(protocol.HeaderChunk) == nil {
 			// One message without a chunk header: a worker that predates v2.
 			v, err := parseVersion(msg.Header)
 			if err != nil {

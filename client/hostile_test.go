@@ -306,3 +306,17 @@ func TestGetStatsJSONRefusesBytesThatAreNotTheView(t *testing.T) {
 		assert.ErrorIs(t, err, client.ErrBadReply, "%.40s", body)
 	}
 }
+
+func TestAnEmptyChunkHeaderIsABadReplyNotAV1Answer(t *testing.T) {
+	srv := startServer(t)
+	fakeWorker(t, srv, func(nc *nats.Conn, req *nats.Msg) {
+		reply := chunk(req.Reply, 1, 1, 0, 3)
+		reply.Header[protocol.HeaderChunk] = []string{""}
+		_ = nc.PublishMsg(reply)
+	})
+	c := newClient(t, srv, client.Options{})
+	_, err := c.Get(testCtx(t))
+	assert.ErrorIs(t, err, client.ErrBadReply)
+	_, _, err = c.GetStats(testCtx(t))
+	assert.ErrorIs(t, err, client.ErrBadReply)
+}

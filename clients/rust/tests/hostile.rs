@@ -443,3 +443,22 @@ async fn json_gets_refuse_bytes_that_are_not_the_view() {
         assert_eq!(e.kind(), ErrorKind::BadReply, "get_stats_json {body}: {e}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_chunk_header_is_a_bad_reply_not_a_v1_answer() {
+    let server = NatsServer::start(&[]);
+    fake_worker(&server.url, "emptychunk", |nc, reply| async move {
+        let mut h = HeaderMap::new();
+        h.insert("Flow-State-Epoch", "fake");
+        h.insert("Flow-State-Revision", "1");
+        h.insert("Content-Type", "application/msgpack");
+        h.insert("Flow-State-Chunk", "");
+        let _ = nc
+            .publish_with_headers(reply, h, Bytes::from(one_flow(1, 1).to_msgpack()))
+            .await;
+    })
+    .await;
+    let c = client(&server.url, "emptychunk").await;
+    let e = c.get().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BadReply, "{e}");
+}

@@ -29,8 +29,9 @@ import (
 // makes, partitionKindsEnv the faults they take in turn ("stall", "cut";
 // comma-separated), and partitionLongEnv ("1") makes each run the full
 // experiment (make chaos sets all three). make test stalls the routes
-// only: after a cut, a worker's watch takes longer than the target to
-// come back on some runs (docs/operating.md, "Failures").
+// for 10 s only: after a cut, or a stall long enough for the servers to
+// close the routes, the worker on the leader's server takes longer than
+// the target to come back on some runs (docs/operating.md, "Failures").
 const (
 	partitionRunsEnv  = "FLOWSTATE_PARTITION_RUNS"
 	partitionKindsEnv = "FLOWSTATE_PARTITION_KINDS"

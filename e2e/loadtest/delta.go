@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -95,7 +94,7 @@ func measureDelta(ctx context.Context, url string, sc scenario, d time.Duration)
 	if err := g.WarmUp(ctx); err != nil {
 		return deltaResult{}, err
 	}
-	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout, MaxFlows: math.MaxInt, MaxGetBytes: math.MaxInt}) // its own worker, of any size
+	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout})
 	if err != nil {
 		return deltaResult{}, err
 	}

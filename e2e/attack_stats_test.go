@@ -146,6 +146,9 @@ func TestAttackStatsOfTheFullestDefaultState(t *testing.T) {
 	requireFullestView(t, view)
 	rssFilled, err := peakRSSKiB(w)
 	require.NoError(t, err)
+	t.Logf("filled %d nodes, %d flows, %d errors of %d bytes from %d senders in %v; peak RSS after the fill and a get %d MiB",
+		fullestNodes, state.DefaultMaxTotalFlows, state.DefaultMaxErrors, fullestErrorLen, senders, filled.Round(time.Millisecond), rssFilled/1024)
+	t.Logf("%d rounds of %v without gets then %v of back-to-back chunked stats gets; a report every %v", rounds, window, window, every)
 
 	p := startReportProbe(t, w, 1, probeBody, every)
 	var idle, during, gets []time.Duration
@@ -156,18 +159,17 @@ func TestAttackStatsOfTheFullestDefaultState(t *testing.T) {
 		require.NoError(t, err, "a stats get while the node reports")
 		requireFullestView(t, v)
 	}
-	for range rounds {
-		idle = append(idle, acksWithin(t, p, window, nil)...)
-		during = append(during, acksWithin(t, p, window, getStats)...)
+	for r := range rounds {
+		quiet := acksWithin(t, p, window, nil)
+		busy := acksWithin(t, p, window, getStats)
+		t.Logf("round %d: ack without gets %s; ack during gets %s", r+1, latencies(quiet, nil), latencies(busy, nil))
+		idle, during = append(idle, quiet...), append(during, busy...)
 	}
 	p.halt()
 	_, ackFails := p.acksSince(0)
 	rss, err := peakRSSKiB(w)
 	require.NoError(t, err)
 
-	t.Logf("filled %d nodes, %d flows, %d errors of %d bytes from %d senders in %v; peak RSS after the fill and a get %d MiB",
-		fullestNodes, state.DefaultMaxTotalFlows, state.DefaultMaxErrors, fullestErrorLen, senders, filled.Round(time.Millisecond), rssFilled/1024)
-	t.Logf("%d rounds of %v without gets then %v of back-to-back chunked stats gets; a report every %v", rounds, window, window, every)
 	t.Logf("stats gets: %v", gets)
 	t.Logf("FIGURES stats of the fullest default state: worker %s; ack without gets %s; ack during gets %s; chunked stats get %s; peak RSS %d MiB",
 		bin.worker, latencies(idle, nil), latencies(during, nil), latencies(gets, nil), rss/1024)

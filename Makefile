@@ -178,9 +178,12 @@ bench: build nats-server
 
 # The attacks of docs/operating.md ("Hostile clients") at full size (FLOWSTATE_ATTACK=1): a million
 # nodes, 200,000 nodes asked for their view, 2,000 nodes sharing 1,000 flows,
-# 1.6 GB of 8 MB bodies. `make test` runs the same tests at a size that fits
-# a small machine. Each test logs a FIGURES line (peak RSS, latency of a
-# legitimate ack and get during the attack, exit code);
+# 1.6 GB of 8 MB bodies, and the fullest stats state the default limits
+# allow, filled over NATS and asked for its stats view again and again.
+# `make test` runs the others at a size that fits a small machine; these
+# two (shared flows, stats state) run only here.
+# Each test logs a FIGURES line (peak RSS, latency of a legitimate ack and
+# get during the attack, exit code);
 # FLOWSTATE_E2E_WORKER=path runs them against another worker binary.
 # The whole log goes to bin/attack.txt.
 #

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -69,6 +70,8 @@ type probe struct {
 	prefix string
 	node   uint64
 	body   []byte
+	every  time.Duration // from the start of a round to the next
+	noGet  bool          // the probe only reports
 	stop   chan struct{}
 	done   chan struct{}
 	round  chan struct{} // a round ended; capacity 1, never blocks the probe
@@ -80,11 +83,22 @@ type probe struct {
 	getFails []string        // gets not answered with an aggregate
 }
 
-// startProbe starts a probe as node, reporting body; Cleanup stops it.
+// startProbe starts a probe as node, reporting body and getting every
+// 20 ms; Cleanup stops it.
 func startProbe(t testing.TB, w *workerProc, node uint64, body []byte) *probe {
 	t.Helper()
-	p := &probe{nc: connect(t, w.URL), prefix: w.Prefix, node: node, body: body,
-		stop: make(chan struct{}), done: make(chan struct{}), round: make(chan struct{}, 1)}
+	return launchProbe(t, &probe{nc: connect(t, w.URL), prefix: w.Prefix, node: node, body: body, every: 20 * time.Millisecond})
+}
+
+// startReportProbe starts a probe as node that only reports body, every
+// interval; Cleanup stops it.
+func startReportProbe(t testing.TB, w *workerProc, node uint64, body []byte, every time.Duration) *probe {
+	t.Helper()
+	return launchProbe(t, &probe{nc: connect(t, w.URL), prefix: w.Prefix, node: node, body: body, every: every, noGet: true})
+}
+
+func launchProbe(t testing.TB, p *probe) *probe {
+	p.stop, p.done, p.round = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 	go p.run()
 	t.Cleanup(p.halt)
 	return p
@@ -92,7 +106,7 @@ func startProbe(t testing.TB, w *workerProc, node uint64, body []byte) *probe {
 
 func (p *probe) run() {
 	defer close(p.done)
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(p.every)
 	defer tick.Stop()
 	for {
 		p.once()
@@ -114,17 +128,22 @@ func (p *probe) once() {
 	msg, err := p.nc.Request(p.prefix+".heartbeat."+strconv.FormatUint(p.node, 10), p.body, requestTimeout)
 	ack := time.Since(start)
 	ackFail := answerFault(msg, err)
+	p.mu.Lock()
+	if ackFail == "" {
+		p.acks = append(p.acks, ack)
+	} else {
+		p.ackFails = append(p.ackFails, ackFail)
+	}
+	p.mu.Unlock()
+	if p.noGet {
+		return
+	}
 	start = time.Now()
 	msg, err = p.nc.Request(p.prefix+".state.get", nil, requestTimeout)
 	get := time.Since(start)
 	getFail := answerFault(msg, err)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ackFail == "" {
-		p.acks = append(p.acks, ack)
-	} else {
-		p.ackFails = append(p.ackFails, ackFail)
-	}
 	if getFail == "" {
 		p.gets = append(p.gets, get)
 	} else {
@@ -159,6 +178,14 @@ func (p *probe) counts() (acks, ackFails, gets, getFails int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.acks), len(p.ackFails), len(p.gets), len(p.getFails)
+}
+
+// acksSince returns the latencies of the reports answered after the first
+// n, and the failed reports so far.
+func (p *probe) acksSince(n int) (acks []time.Duration, ackFails []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.acks[n:]), slices.Clone(p.ackFails)
 }
 
 // awaitRounds waits until the probe has made n more rounds (answered or
@@ -223,19 +250,25 @@ func firstFault(failed []string) string {
 	return ": " + failed[0]
 }
 
-// peakRSS returns the worker's peak resident set size (VmHWM).
+// peakRSS returns the worker's peak resident set size (VmHWM) in MiB.
 func peakRSS(w *workerProc) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.p.cmd.Process.Pid))
+	kb, err := peakRSSKiB(w)
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
+	return fmt.Sprintf("%d MB", kb/1024)
+}
+
+// peakRSSKiB returns the worker's peak resident set size (VmHWM) in KiB.
+func peakRSSKiB(w *workerProc) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
-			if err == nil {
-				return fmt.Sprintf("%d MB", kb/1024)
-			}
+			return strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 		}
 	}
-	return "unknown"
+	return 0, errors.New("no VmHWM in /proc/<pid>/status")
 }

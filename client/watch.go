@@ -48,7 +48,8 @@ const (
 //     all, yields an error wrapping ErrLimit the first time, and takes a
 //     snapshot), so a slow loop skips intermediate states but never sees
 //     them out of order, and once updates stop the last state yielded is
-//     the latest. Deltas cannot take the state held past Options.MaxFlows
+//     the latest (the worker's aggregate; its revision may be below a
+//     get's, as reports that change nothing publish no update). Deltas cannot take the state held past Options.MaxFlows
 //     (a snapshot then tells, and fails while the worker's state is past
 //     it). Snapshots are at least Options.SnapshotInterval apart.
 //
@@ -155,6 +156,15 @@ func (w *watch) run(box *mailbox) {
 		}
 		if !lost && !u.mixed && u.version.Epoch == w.cur.Epoch {
 			switch {
+			case u.below > w.confirmed:
+				// An update came after a newer one of its epoch, which the
+				// worker's own updates never do: the newer one may be
+				// forged. A snapshot tells, and u is not taken on its word.
+				w.suspect = max(w.suspect, u.below)
+				if !w.resync(update{}) {
+					return
+				}
+				continue
 			case u.version.Revision <= w.cur.Revision && u.version.Revision > w.confirmed:
 				// At or below what is held, past the last snapshot: what
 				// is held may not be the worker's. A snapshot tells.
@@ -292,6 +302,10 @@ type update struct {
 	// last take: the order between epochs is unknown, so only a snapshot
 	// can tell which one is current.
 	mixed bool
+	// below is the highest revision of an update of msg's epoch that came
+	// after msg with a lower revision (0 if none): the worker numbers its
+	// updates in order, so msg may not be the worker's.
+	below uint64
 }
 
 // mailbox holds the newest update between the subscription's callback and
@@ -304,7 +318,8 @@ type mailbox struct {
 	has     bool
 }
 
-// put keeps msg if it is newer than the update waiting; it runs on the
+// put keeps msg if it is newer than the update waiting, and notes an
+// older one of the same epoch (update.below); it runs on the
 // subscription's goroutine. Messages without valid version headers are not
 // the worker's and are ignored.
 func (b *mailbox) put(msg *nats.Msg) {
@@ -320,6 +335,8 @@ func (b *mailbox) put(msg *nats.Msg) {
 		b.pending = update{msg: msg, version: v, mixed: true}
 	case v.Revision > b.pending.version.Revision:
 		b.pending.msg, b.pending.version = msg, v
+	case v.Revision < b.pending.version.Revision:
+		b.pending.below = max(b.pending.below, v.Revision)
 	}
 	b.mu.Unlock()
 	select {

@@ -387,8 +387,7 @@ impl Follower {
                     self.resync(q).await;
                 },
             }
-            let mut newest: Option<Message> = None;
-            let mut mixed = false;
+            let mut batch = FullBatch::default();
             loop {
                 match q.pop() {
                     Next::Empty => break,
@@ -397,31 +396,18 @@ impl Follower {
                     }
                     Next::Dropped => {
                         self.say_dropped(&self.client.inner.state_subject.clone());
-                        mixed = true; // the newest may be among those dropped
+                        batch.mixed = true; // the newest may be among those dropped
                     }
-                    Next::Msg(next) => {
-                        let Some(msg) = &newest else {
-                            newest = Some(next);
-                            continue;
-                        };
-                        let (a, b) = (
-                            parse_version(msg.headers.as_ref()),
-                            parse_version(next.headers.as_ref()),
-                        );
-                        match (a, b) {
-                            (Ok(a), Ok(b)) if a.epoch != b.epoch => {
-                                mixed = true;
-                                newest = Some(next)
-                            }
-                            (Ok(a), Ok(b)) if b.revision > a.revision => newest = Some(next),
-                            (Err(_), Ok(_)) => newest = Some(next),
-                            _ => {}
-                        }
-                    }
+                    Next::Msg(next) => batch.add(next),
                 }
             }
+            let FullBatch {
+                newest,
+                mixed,
+                below,
+            } = batch;
             match newest {
-                Some(msg) => self.apply_full(q, &msg, mixed).await,
+                Some(msg) => self.apply_full(q, &msg, mixed, below).await,
                 None if mixed => self.resync(q).await,
                 None => {}
             }
@@ -430,13 +416,18 @@ impl Follower {
 
     /// Hands over a full update if it is the current epoch's and newer, and
     /// takes a snapshot when it is of another epoch, does not decode, comes
-    /// at or below the revision held but past the last snapshot, or runs too
-    /// far ahead.
-    async fn apply_full(&mut self, q: &Queue, msg: &Message, mixed: bool) {
+    /// at or below the revision held but past the last snapshot, runs too
+    /// far ahead, or an older update of its epoch came after it (below).
+    async fn apply_full(&mut self, q: &Queue, msg: &Message, mixed: bool, below: u64) {
         let Ok(v) = parse_version(msg.headers.as_ref()) else {
             return;
         };
         let cur = self.cur.clone().expect("a snapshot comes first");
+        if !mixed && v.epoch == cur.epoch && below > self.confirmed {
+            // Not taken on its word: a snapshot tells.
+            self.suspect = self.suspect.max(below);
+            return self.resync(q).await;
+        }
         if !mixed && v.epoch == cur.epoch {
             if v.revision <= cur.revision {
                 if v.revision > self.confirmed {
@@ -558,6 +549,42 @@ impl Follower {
     }
 }
 
+/// The full updates that queued up since the loop last looked: the newest
+/// wins.
+#[derive(Default)]
+struct FullBatch {
+    newest: Option<Message>,
+    /// Updates of more than one epoch came, or some were dropped: the order
+    /// between them is unknown, so only a snapshot tells what is current.
+    mixed: bool,
+    /// The highest revision of an update that came after a newer one of its
+    /// epoch: the worker numbers its updates in order, so the newer one may
+    /// be forged.
+    below: u64,
+}
+
+impl FullBatch {
+    fn add(&mut self, next: Message) {
+        let Some(msg) = &self.newest else {
+            self.newest = Some(next);
+            return;
+        };
+        match (
+            parse_version(msg.headers.as_ref()),
+            parse_version(next.headers.as_ref()),
+        ) {
+            (Ok(a), Ok(b)) if a.epoch != b.epoch => {
+                self.mixed = true;
+                self.newest = Some(next)
+            }
+            (Ok(a), Ok(b)) if b.revision > a.revision => self.newest = Some(next),
+            (Ok(a), Ok(b)) if b.revision < a.revision => self.below = self.below.max(b.revision),
+            (Err(_), Ok(_)) => self.newest = Some(next),
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,6 +593,66 @@ mod tests {
         Version {
             epoch: epoch.into(),
             revision,
+        }
+    }
+
+    fn update(epoch: &str, revision: u64) -> Message {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(crate::client::H_EPOCH, epoch);
+        h.insert(crate::client::H_REVISION, revision.to_string().as_str());
+        Message {
+            subject: "flow.state".into(),
+            reply: None,
+            payload: bytes::Bytes::new(),
+            headers: Some(h),
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    #[test]
+    fn a_batch_of_full_updates_keeps_the_newest_and_notes_what_came_out_of_order() {
+        for (what, updates, newest, mixed, below) in [
+            (
+                "higher revision wins",
+                vec![("a", 3), ("a", 5)],
+                ("a", 5),
+                false,
+                0,
+            ),
+            (
+                // The worker numbers its updates in order: one that comes
+                // after a newer one says the newer one may be forged.
+                "a lower revision is noted",
+                vec![("a", 5), ("a", 3), ("a", 4)],
+                ("a", 5),
+                false,
+                4,
+            ),
+            (
+                "a duplicate is not noted",
+                vec![("a", 5), ("a", 5)],
+                ("a", 5),
+                false,
+                0,
+            ),
+            (
+                "another epoch is mixed",
+                vec![("a", 5), ("b", 1)],
+                ("b", 1),
+                true,
+                0,
+            ),
+        ] {
+            let mut b = FullBatch::default();
+            for (e, r) in updates {
+                b.add(update(e, r));
+            }
+            let got = parse_version(b.newest.as_ref().unwrap().headers.as_ref()).unwrap();
+            assert_eq!(got, v(newest.0, newest.1), "{what}");
+            assert_eq!(b.mixed, mixed, "{what}");
+            assert_eq!(b.below, below, "{what}");
         }
     }
 

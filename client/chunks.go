@@ -24,7 +24,9 @@ const maxChunks = 1 << 20
 // getChunks sends a get of view (protocol.ViewSeed: no Flow-State-View
 // header) with Flow-State-Chunks: 1 and passes the messages of the reply,
 // on a private inbox, to take in order until take says one was the last;
-// bounded by ctx and the client's timeout. A reply with the service error
+// bounded by ctx and the client's timeout, and by MaxGetBytes: the chunks
+// of one reply together, past it, fail with an error wrapping ErrLimit. A
+// reply with the service error
 // headers returns a *ServiceError; no worker listening, an error wrapping
 // ErrNoWorker.
 func (c *Client) getChunks(ctx context.Context, view string, take func(*nats.Msg) (last bool, err error)) error {
@@ -36,6 +38,11 @@ func (c *Client) getChunks(ctx context.Context, view string, take func(*nats.Msg
 		return fmt.Errorf("client: %s: %w", c.getSubject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// What waits unread is bounded too: past it, the library drops
+	// chunks and the get fails on the gap (or times out).
+	if err := sub.SetPendingLimits(-1, c.maxGetBytes); err != nil {
+		return fmt.Errorf("client: %s: %w", c.getSubject, err)
+	}
 	req := nats.NewMsg(c.getSubject)
 	req.Reply = inbox
 	req.Header.Set(protocol.HeaderChunks, "1")
@@ -45,17 +52,22 @@ func (c *Client) getChunks(ctx context.Context, view string, take func(*nats.Msg
 	if err := c.nc.PublishMsg(req); err != nil {
 		return fmt.Errorf("client: %s: %w", c.getSubject, err)
 	}
+	total := 0
 	for {
 		msg, err := sub.NextMsgWithContext(ctx)
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
 			return fmt.Errorf("%w on %s (%w)", ErrNoWorker, c.getSubject, err)
+		case errors.Is(err, nats.ErrSlowConsumer):
+			return fmt.Errorf("%w: the chunks waiting for %s passed %d bytes (MaxGetBytes) (%w)", ErrLimit, c.getSubject, c.maxGetBytes, err)
 		case err != nil:
 			return fmt.Errorf("client: %s: %w", c.getSubject, err)
 		}
 		if code := msg.Header.Get(protocol.HeaderErrorCode); code != "" {
-			n, _ := strconv.Atoi(code)
-			return &ServiceError{Subject: c.getSubject, Code: n, Reason: msg.Header.Get(protocol.HeaderError)}
+			return newServiceError(c.getSubject, code, msg.Header.Get(protocol.HeaderError))
+		}
+		if total += len(msg.Data); total > c.maxGetBytes {
+			return fmt.Errorf("%w: the reply to %s passed %d bytes (MaxGetBytes)", ErrLimit, c.getSubject, c.maxGetBytes)
 		}
 		if last, err := take(msg); last || err != nil {
 			return err
@@ -69,16 +81,25 @@ func (c *Client) getChunks(ctx context.Context, view string, take func(*nats.Msg
 func (c *Client) getChunked(ctx context.Context) (s State, chunked bool, err error) {
 	var j chunkSeq
 	var value flowstate.FlowStateValue
+	flows := 0
 	err = c.getChunks(ctx, protocol.ViewSeed, func(msg *nats.Msg) (bool, error) {
-		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
+		if j.n == 0 && msg.Header.Values(protocol.HeaderChunk) == nil {
 			s, err = decodeState(msg)
+			if err == nil {
+				err = c.checkFlows(s.Value.Len())
+			}
 			return true, err
 		}
 		chunked = true
 		val, last, err := nextChunk(&j, msg, codec.DecodeAggregate, idRange)
-		switch {
-		case err != nil:
+		if err != nil {
 			return false, err
+		}
+		// Chunks name disjoint ranges of flows: their counts add up.
+		if flows += val.Len(); flows > c.maxFlows {
+			return false, c.checkFlows(flows)
+		}
+		switch {
 		case j.i == 1:
 			value = val
 		default:
@@ -95,6 +116,15 @@ func (c *Client) getChunked(ctx context.Context) (s State, chunked bool, err err
 		return State{}, chunked, err
 	}
 	return s, chunked, nil
+}
+
+// checkFlows returns an error wrapping ErrLimit when n flows are past
+// MaxFlows.
+func (c *Client) checkFlows(n int) error {
+	if n > c.maxFlows {
+		return fmt.Errorf("%w: the reply to %s names %d flows or more, past %d (MaxFlows)", ErrLimit, c.getSubject, n, c.maxFlows)
+	}
+	return nil
 }
 
 // chunkSeq checks that the chunks of one snapshot come in order, all of
@@ -177,17 +207,32 @@ func idRange(v flowstate.FlowStateValue) (lo, hi int64) {
 	return lo, hi
 }
 
-// parseChunk parses a Flow-State-Chunk header, "<i>/<n>" with 1 <= i <= n.
+// parseChunk parses a Flow-State-Chunk header, "<i>/<n>": decimal digits
+// without sign or leading zero, 1 <= i <= n <= maxChunks.
 func parseChunk(h string) (i, n int, err error) {
 	a, b, ok := strings.Cut(h, "/")
-	if ok {
+	if ok && canonicalUint(a) && canonicalUint(b) {
 		i, err = strconv.Atoi(a)
 		if err == nil {
 			n, err = strconv.Atoi(b)
 		}
 	}
-	if !ok || err != nil || i < 1 || i > n || n > maxChunks {
+	if !ok || err != nil || !canonicalUint(a) || !canonicalUint(b) || i < 1 || i > n || n > maxChunks {
 		return 0, 0, fmt.Errorf("%w: %s %q is not <i>/<n>", ErrBadReply, protocol.HeaderChunk, h)
 	}
 	return i, n, nil
+}
+
+// canonicalUint reports whether s is decimal digits without a leading
+// zero (or "0").
+func canonicalUint(s string) bool {
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

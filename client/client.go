@@ -44,7 +44,42 @@ type Options struct {
 	// repairs a report's error list (RepairErrors). nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// MaxFlows bounds the flows a get returns and a watch holds; 0 means
+	// DefaultMaxFlows (the worker's default --max-total-flows). A get
+	// whose reply names more fails with an error wrapping ErrLimit; a
+	// watch whose updates would take it past drops them and takes a
+	// snapshot.
+	MaxFlows int
+	// MaxGetBytes bounds the bytes of one get's reply, its chunks
+	// together; 0 means DefaultMaxGetBytes. A reply past it fails with an
+	// error wrapping ErrLimit.
+	MaxGetBytes int
+	// MaxPendingBytes bounds the updates a watch keeps waiting while its
+	// loop body runs or a snapshot is taken; 0 means
+	// DefaultMaxPendingBytes. Past it, the watch drops them all and takes
+	// a snapshot (and says so once, with an error wrapping ErrLimit).
+	MaxPendingBytes int
+	// SnapshotInterval is the least time between two snapshots of one
+	// watch, so that a storm of updates calling for snapshots costs the
+	// worker a bounded number of gets; 0 means DefaultSnapshotInterval.
+	SnapshotInterval time.Duration
 }
+
+// The defaults of the bounds of Options.
+const (
+	// DefaultMaxFlows is the worker's default --max-total-flows.
+	DefaultMaxFlows = 100_000
+	// DefaultMaxGetBytes holds a stats view of DefaultMaxFlows flows with
+	// the worker's default --max-error-bytes (16 MiB) of errors.
+	DefaultMaxGetBytes = 64 << 20
+	// DefaultMaxPendingBytes is four updates of the server's default max
+	// payload (1 MB).
+	DefaultMaxPendingBytes = 4 << 20
+	// DefaultSnapshotInterval lets a watch take at most two snapshots a
+	// second.
+	DefaultSnapshotInterval = 500 * time.Millisecond
+)
 
 // WatchMode says how Watch follows the state.
 type WatchMode int
@@ -73,6 +108,12 @@ func (o Options) Validate() error {
 	if o.Timeout < 0 {
 		return fmt.Errorf("client: timeout %v is negative", o.Timeout)
 	}
+	if o.MaxFlows < 0 || o.MaxGetBytes < 0 || o.MaxPendingBytes < 0 {
+		return fmt.Errorf("client: MaxFlows %d, MaxGetBytes %d, MaxPendingBytes %d: a bound is negative", o.MaxFlows, o.MaxGetBytes, o.MaxPendingBytes)
+	}
+	if o.SnapshotInterval < 0 {
+		return fmt.Errorf("client: snapshot interval %v is negative", o.SnapshotInterval)
+	}
 	return nil
 }
 
@@ -82,6 +123,9 @@ type Client struct {
 	nc        *nats.Conn
 	timeout   time.Duration
 	watchMode WatchMode
+	// The bounds of Options, defaults applied.
+	maxFlows, maxGetBytes, maxPendingBytes int
+	snapshotInterval                       time.Duration
 
 	// epoch is the node_epoch of the reports the Client numbers, 0 when
 	// unnumbered; seq the seq of the report it numbered last.
@@ -113,14 +157,18 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 		opts.Timeout = DefaultTimeout
 	}
 	c := &Client{
-		nc:           nc,
-		timeout:      opts.Timeout,
-		watchMode:    opts.WatchMode,
-		deltaSubject: opts.Prefix + ".state.delta",
-		hbPrefix:     opts.Prefix + ".heartbeat.",
-		stateSubject: opts.Prefix + ".state",
-		getSubject:   opts.Prefix + ".state.get",
-		log:          opts.Logger,
+		nc:               nc,
+		timeout:          opts.Timeout,
+		watchMode:        opts.WatchMode,
+		maxFlows:         orDefault(opts.MaxFlows, DefaultMaxFlows),
+		maxGetBytes:      orDefault(opts.MaxGetBytes, DefaultMaxGetBytes),
+		maxPendingBytes:  orDefault(opts.MaxPendingBytes, DefaultMaxPendingBytes),
+		snapshotInterval: orDefault(opts.SnapshotInterval, DefaultSnapshotInterval),
+		deltaSubject:     opts.Prefix + ".state.delta",
+		hbPrefix:         opts.Prefix + ".heartbeat.",
+		stateSubject:     opts.Prefix + ".state",
+		getSubject:       opts.Prefix + ".state.get",
+		log:              opts.Logger,
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -129,6 +177,15 @@ func New(nc *nats.Conn, opts Options) (*Client, error) {
 		c.epoch = newEpoch(time.Now())
 	}
 	return c, nil
+}
+
+// orDefault returns v, or def when v is zero.
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 // lastEpoch is the node_epoch of the Client of this process created last.
@@ -172,8 +229,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 		return nil, fmt.Errorf("client: %s: %w", msg.Subject, err)
 	}
 	if code := reply.Header.Get(protocol.HeaderErrorCode); code != "" {
-		n, _ := strconv.Atoi(code)
-		return nil, &ServiceError{Subject: msg.Subject, Code: n, Reason: reply.Header.Get(protocol.HeaderError)}
+		return nil, newServiceError(msg.Subject, code, reply.Header.Get(protocol.HeaderError))
 	}
 	return reply, nil
 }

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -115,8 +117,9 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 	var j chunkSeq
 	var view flowstate.StatsView
 	var version flowstate.Version
+	flows := 0
 	err := c.getChunks(ctx, protocol.ViewStats, func(msg *nats.Msg) (bool, error) {
-		if j.n == 0 && msg.Header.Get(protocol.HeaderChunk) == "" {
+		if j.n == 0 && msg.Header.Values(protocol.HeaderChunk) == nil {
 			// One message without a chunk header: a worker that predates v2.
 			v, err := parseVersion(msg.Header)
 			if err != nil {
@@ -126,11 +129,14 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 				return false, fmt.Errorf("%w: %w", ErrBadReply, err)
 			}
 			version = v
-			return true, nil
+			return true, c.checkFlows(countStatsFlows(view))
 		}
 		part, last, err := nextChunk(&j, msg, codec.DecodeStats, statsRange)
 		if err != nil {
 			return false, err
+		}
+		if flows += countStatsFlows(part); flows > c.maxFlows {
+			return false, c.checkFlows(flows)
 		}
 		view.Flows = append(view.Flows, part.Flows...)
 		view.Stats = append(view.Stats, part.Stats...)
@@ -141,6 +147,21 @@ func (c *Client) GetStats(ctx context.Context) (flowstate.StatsView, flowstate.V
 		return flowstate.StatsView{}, flowstate.Version{}, err
 	}
 	return view, version, nil
+}
+
+// countStatsFlows returns the number of distinct flows v names; its
+// slices are sorted by ID.
+func countStatsFlows(v flowstate.StatsView) int {
+	n, i := len(v.Flows), 0
+	for _, st := range v.Stats {
+		for i < len(v.Flows) && v.Flows[i].ID < st.ID {
+			i++
+		}
+		if i == len(v.Flows) || v.Flows[i].ID != st.ID {
+			n++
+		}
+	}
+	return n
 }
 
 // statsRange returns the lowest and highest flow id of v, (MaxInt64, -1)
@@ -161,8 +182,9 @@ func statsRange(v flowstate.StatsView) (lo, hi int64) {
 // errors over the nodes) as the JSON bytes PROTOCOL.md gives, with their
 // version, as the worker writes them, in one message: a view past the
 // connection's max payload returns a *ServiceError 413 (GetStats reads a
-// view of any size, and its AppendJSON gives the same bytes). Its other
-// errors are Get's.
+// view of any size, and its AppendJSON gives the same bytes). Bytes that
+// are not one JSON object of the view's shape return an error wrapping
+// ErrBadReply. Its other errors are Get's.
 func (c *Client) GetStatsJSON(ctx context.Context) ([]byte, flowstate.Version, error) {
 	reply, err := c.request(ctx, &nats.Msg{Subject: c.getSubject, Header: nats.Header{
 		protocol.HeaderView: {protocol.ViewStats}, protocol.HeaderAccept: {protocol.ContentTypeJSON}}})
@@ -173,5 +195,51 @@ func (c *Client) GetStatsJSON(ctx context.Context) ([]byte, flowstate.Version, e
 	if err != nil {
 		return nil, flowstate.Version{}, err
 	}
+	if err := checkStatsJSON(reply.Data); err != nil {
+		return nil, flowstate.Version{}, err
+	}
 	return reply.Data, v, nil
+}
+
+// statsJSON is the shape of the stats view's JSON (PROTOCOL.md v3).
+type statsJSON struct {
+	StateSize       map[flowstate.FlowID]uint64 `json:"state_size"`
+	LastExecTimeMap map[flowstate.FlowID]int64  `json:"last_exec_time_map"`
+	StartTimeMap    map[flowstate.FlowID]int64  `json:"start_time_map"`
+	ProcessedRows   map[flowstate.FlowID]uint64 `json:"processed_rows"`
+	LastErrors      map[flowstate.FlowID][]struct {
+		Time    *int64  `json:"time"`
+		NodeID  *uint64 `json:"node_id"`
+		Message *string `json:"message"`
+	} `json:"last_errors"`
+}
+
+// checkStatsJSON returns an error wrapping ErrBadReply unless data is one
+// JSON object of the stats view's shape: its five maps keyed by flow id,
+// at most flowstate.MaxFlowErrors errors a flow, each with its time, node
+// and a message of 1 to flowstate.MaxErrorMessage bytes.
+func checkStatsJSON(data []byte) error {
+	var v statsJSON
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&v); err != nil {
+		return fmt.Errorf("%w: the stats view's JSON: %w", ErrBadReply, err)
+	}
+	if d.More() {
+		return fmt.Errorf("%w: the stats view's JSON: more than one value", ErrBadReply)
+	}
+	if v.StateSize == nil || v.LastExecTimeMap == nil || v.StartTimeMap == nil || v.ProcessedRows == nil || v.LastErrors == nil {
+		return fmt.Errorf("%w: the stats view's JSON lacks one of its five maps", ErrBadReply)
+	}
+	for id, errs := range v.LastErrors {
+		if len(errs) > flowstate.MaxFlowErrors {
+			return fmt.Errorf("%w: the stats view's JSON: flow %d has %d errors, more than %d", ErrBadReply, id, len(errs), flowstate.MaxFlowErrors)
+		}
+		for _, e := range errs {
+			if e.Time == nil || e.NodeID == nil || e.Message == nil || len(*e.Message) == 0 || len(*e.Message) > flowstate.MaxErrorMessage {
+				return fmt.Errorf("%w: the stats view's JSON: an error of flow %d lacks its time, node or message of 1 to %d bytes", ErrBadReply, id, flowstate.MaxErrorMessage)
+			}
+		}
+	}
+	return nil
 }

@@ -31,17 +31,27 @@ const (
 //
 //   - Within an epoch, revisions strictly increase: an update whose epoch is
 //     the current one and whose revision is not greater is skipped, so no
-//     state is yielded twice or goes backwards.
+//     state is yielded twice or goes backwards. The one exception is a
+//     forged update: a snapshot is the worker's word, and one below the
+//     revision held replaces what is held when an update at or below that
+//     revision, past the last snapshot, showed it was not the worker's; an
+//     update more than 2^20 revisions ahead is checked with a snapshot
+//     before it is taken (see docs/clients.md).
 //   - An update of another epoch makes Watch take a new snapshot, which
 //     decides the current epoch; when it differs from the last one, that state
 //     is yielded with EpochChanged set, and Watch follows the new epoch.
 //     Watch also takes a new snapshot when the connection reconnects or the
 //     client library dropped updates, since the newest may have been lost.
-//   - Buffering is bounded: while the loop body runs, Watch keeps only the
-//     newest full update, or a bounded queue of deltas (past it, the client
-//     library drops them and Watch takes a snapshot), so a slow loop skips
-//     intermediate states but never sees them out of order, and once
-//     updates stop the last state yielded is the latest.
+//   - Buffering is bounded in bytes: while the loop body runs or a
+//     snapshot is taken, Watch keeps only the newest full update, or a queue
+//     of deltas of at most Options.MaxPendingBytes (past it, it drops them
+//     all, yields an error wrapping ErrLimit the first time, and takes a
+//     snapshot), so a slow loop skips intermediate states but never sees
+//     them out of order, and once updates stop the last state yielded is
+//     the latest (the worker's aggregate; its revision may be below a
+//     get's, as reports that change nothing publish no update). Deltas cannot take the state held past Options.MaxFlows
+//     (a snapshot then tells, and fails while the worker's state is past
+//     it). Snapshots are at least Options.SnapshotInterval apart.
 //
 // Each state carries the flows that changed since the state yielded before
 // (State.Changed). Following deltas, Watch updates one Value in place: a
@@ -77,10 +87,15 @@ func (c *Client) watchFull(ctx context.Context, yield func(State, error) bool) {
 		return
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, c.maxPendingBytes); err != nil {
+		yield(State{}, fmt.Errorf("client: watch %s: %w", c.stateSubject, err))
+		return
+	}
 	reconnected := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(reconnected)
 	w := &watch{c: c, ctx: ctx, yield: yield, sub: sub,
-		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
+		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected,
+		gate: snapshotGate{interval: c.snapshotInterval}}
 	w.run(box)
 }
 
@@ -93,8 +108,14 @@ type watch struct {
 	closed      <-chan nats.SubStatus
 	reconnected <-chan nats.Status
 
+	gate snapshotGate
+
 	cur     State // the state yielded last
 	dropped int   // updates the client library dropped, as last seen
+	// confirmed and suspect are deltaWatch's: the revision of the last
+	// snapshot, and the highest revision of an update that came at or
+	// below the revision held but above confirmed.
+	confirmed, suspect uint64
 }
 
 // run yields the snapshot, then the updates, until the loop or ctx ends.
@@ -103,7 +124,7 @@ func (w *watch) run(box *mailbox) {
 	if !ok {
 		return
 	}
-	w.cur = s
+	w.cur, w.confirmed = s, s.Revision
 	if !w.yield(s, nil) {
 		return
 	}
@@ -134,8 +155,33 @@ func (w *watch) run(box *mailbox) {
 			w.dropped, lost = n, true
 		}
 		if !lost && !u.mixed && u.version.Epoch == w.cur.Epoch {
-			if u.version.Revision <= w.cur.Revision {
+			switch {
+			case u.below > w.confirmed:
+				// An update came after a newer one of its epoch, which the
+				// worker's own updates never do: the newer one may be
+				// forged. A snapshot tells, and u is not taken on its word.
+				w.suspect = max(w.suspect, u.below)
+				if !w.resync(update{}) {
+					return
+				}
+				continue
+			case u.version.Revision <= w.cur.Revision && u.version.Revision > w.confirmed:
+				// At or below what is held, past the last snapshot: what
+				// is held may not be the worker's. A snapshot tells.
+				w.suspect = max(w.suspect, u.version.Revision)
+				if !w.resync(update{}) {
+					return
+				}
+				continue
+			case u.version.Revision <= w.cur.Revision:
 				continue // stale or a duplicate
+			case u.version.Revision-w.cur.Revision > maxRevisionJump:
+				// Too far ahead to take on its word: checked with a
+				// snapshot, taken only if the worker reached it.
+				if !w.resync(u) {
+					return
+				}
+				continue
 			}
 			if s, err := decodeState(u.msg); err == nil {
 				if !w.emit(s) {
@@ -160,18 +206,31 @@ func (w *watch) resync(u update) bool {
 	if !ok {
 		return false
 	}
+	suspect := w.suspect
+	w.suspect = 0
 	switch {
 	case s.Epoch != w.cur.Epoch:
 		s.EpochChanged = true
 		if !w.emit(s) {
 			return false
 		}
-	case s.Revision > w.cur.Revision:
+	case s.Revision > w.cur.Revision,
+		// The snapshot is the worker's word: below the revision held, it
+		// replaces what is held when an update showed that revision was
+		// not the worker's and the snapshot reached that update.
+		s.Revision < w.cur.Revision && suspect != 0 && s.Revision >= suspect:
 		if !w.emit(s) {
 			return false
 		}
 	}
-	if u.version.Epoch == w.cur.Epoch && u.version.Revision > w.cur.Revision {
+	switch {
+	case s.Version == w.cur.Version:
+		w.confirmed = s.Revision
+	case s.Epoch == w.cur.Epoch:
+		w.confirmed = max(w.confirmed, s.Revision)
+	}
+	if u.version.Epoch == w.cur.Epoch && u.version.Revision > w.cur.Revision &&
+		u.version.Revision-w.cur.Revision <= maxRevisionJump {
 		if s, err := decodeState(u.msg); err == nil {
 			return w.emit(s)
 		}
@@ -189,16 +248,26 @@ func (w *watch) emit(s State) bool {
 // snapshot gets the current state, yielding the errors and retrying with a
 // growing pause until it succeeds; ok is false when the loop or ctx ended.
 func (w *watch) snapshot() (s State, ok bool) {
-	s, _, ok = retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.stateSubject)
+	s, _, ok = retrySnapshot(w.ctx, w.c, &w.gate, w.closed, w.yield, w.c.stateSubject, nil)
 	return s, ok
 }
 
-// retrySnapshot takes a chunked snapshot, yielding the errors and retrying
+// retrySnapshot takes a chunked snapshot, no sooner than gate allows (and
+// calls before, if not nil, just before each get), yielding the errors and retrying
 // with a growing pause until it succeeds; chunked says the worker answered
 // in chunks; ok is false when the loop or ctx ended, or closed fired.
-func retrySnapshot(ctx context.Context, c *Client, closed <-chan nats.SubStatus, yield func(State, error) bool, subject string) (s State, chunked, ok bool) {
+func retrySnapshot(ctx context.Context, c *Client, gate *snapshotGate, closed <-chan nats.SubStatus, yield func(State, error) bool, subject string, before func()) (s State, chunked, ok bool) {
 	wait := minRetryWait
 	for {
+		if !gate.wait(ctx, closed) {
+			if ctx.Err() == nil {
+				yield(State{}, fmt.Errorf("client: watch %s: %w", subject, nats.ErrConnectionClosed))
+			}
+			return State{}, false, false
+		}
+		if before != nil {
+			before()
+		}
 		s, chunked, err := c.getChunked(ctx)
 		if ctx.Err() != nil {
 			return State{}, false, false
@@ -233,6 +302,10 @@ type update struct {
 	// last take: the order between epochs is unknown, so only a snapshot
 	// can tell which one is current.
 	mixed bool
+	// below is the highest revision of an update of msg's epoch that came
+	// after msg with a lower revision (0 if none): the worker numbers its
+	// updates in order, so msg may not be the worker's.
+	below uint64
 }
 
 // mailbox holds the newest update between the subscription's callback and
@@ -245,7 +318,8 @@ type mailbox struct {
 	has     bool
 }
 
-// put keeps msg if it is newer than the update waiting; it runs on the
+// put keeps msg if it is newer than the update waiting, and notes an
+// older one of the same epoch (update.below); it runs on the
 // subscription's goroutine. Messages without valid version headers are not
 // the worker's and are ignored.
 func (b *mailbox) put(msg *nats.Msg) {
@@ -261,6 +335,8 @@ func (b *mailbox) put(msg *nats.Msg) {
 		b.pending = update{msg: msg, version: v, mixed: true}
 	case v.Revision > b.pending.version.Revision:
 		b.pending.msg, b.pending.version = msg, v
+	case v.Revision < b.pending.version.Revision:
+		b.pending.below = max(b.pending.below, v.Revision)
 	}
 	b.mu.Unlock()
 	select {

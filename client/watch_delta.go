@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -13,28 +14,42 @@ import (
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
-// deltaQueue bounds the deltas waiting while the loop body runs; past it
-// the client library drops them, and the next delta's base tells Watch to
-// take a snapshot.
-const deltaQueue = 1024
+// maxRevisionJump is how far past the revision held a delta may go before
+// Watch checks it with a snapshot instead of applying it: a worker's
+// revisions count its reports, and no delta of a live worker runs this far
+// ahead of a client that keeps up, while a forged one would hold every
+// later delta off as stale.
+const maxRevisionJump = 1 << 20
+
+// maxChase bounds the snapshots Watch takes after one delta it could not
+// apply to reach that delta's revision (a get answered before the worker
+// applied it): a revision no worker reaches ends the chase.
+const maxChase = 5
 
 // watchDeltas follows <prefix>.state.delta (v2) until the loop or ctx
 // ends. It reports fallback when WatchAuto found a worker that predates v2
 // (its snapshot came in one message without Flow-State-Chunk): the caller
 // then follows <prefix>.state; nothing was yielded but errors.
 func (c *Client) watchDeltas(ctx context.Context, yield func(State, error) bool) (fallback bool) {
-	msgs := make(chan *nats.Msg, deltaQueue)
-	sub, err := c.nc.ChanSubscribe(c.deltaSubject, msgs)
+	q := newPendingQueue(c.maxPendingBytes)
+	sub, err := c.nc.Subscribe(c.deltaSubject, q.put)
 	if err != nil {
 		yield(State{}, fmt.Errorf("client: watch %s: %w", c.deltaSubject, err))
 		return false
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// The library's own queue, before q, is bounded the same way; the
+	// callback only moves a message into q, so it stays near empty.
+	if err := sub.SetPendingLimits(-1, c.maxPendingBytes); err != nil {
+		yield(State{}, fmt.Errorf("client: watch %s: %w", c.deltaSubject, err))
+		return false
+	}
 	reconnected := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(reconnected)
-	w := &deltaWatch{c: c, ctx: ctx, yield: yield, msgs: msgs,
-		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected}
-	s, chunked, ok := retrySnapshot(ctx, c, w.closed, yield, c.deltaSubject)
+	w := &deltaWatch{c: c, ctx: ctx, yield: yield, q: q, sub: sub,
+		closed: sub.StatusChanged(nats.SubscriptionClosed), reconnected: reconnected,
+		gate: snapshotGate{interval: c.snapshotInterval}}
+	s, chunked, ok := retrySnapshot(ctx, c, &w.gate, w.closed, yield, c.deltaSubject, nil)
 	if !ok {
 		return false
 	}
@@ -47,14 +62,126 @@ func (c *Client) watchDeltas(ctx context.Context, yield func(State, error) bool)
 	return false
 }
 
+// pendingQueue holds the deltas between the subscription's callback and
+// the loop, bounded in bytes: past the bound it drops them all, and the
+// loop takes a snapshot.
+type pendingQueue struct {
+	ready chan struct{} // a delta is waiting; capacity 1
+
+	mu       sync.Mutex // guards the fields below
+	msgs     []*nats.Msg
+	head     int // msgs[head:] wait
+	bytes    int // of msgs[head:]
+	limit    int
+	overflow bool // deltas were dropped since the last call of dropped
+}
+
+func newPendingQueue(limit int) *pendingQueue {
+	return &pendingQueue{ready: make(chan struct{}, 1), limit: limit}
+}
+
+// msgSize is what msg holds in memory, near enough: its body, subjects and
+// headers.
+func msgSize(msg *nats.Msg) int {
+	n := len(msg.Data) + len(msg.Subject) + len(msg.Reply)
+	for k, vs := range msg.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
+}
+
+// put queues msg, or drops every delta waiting and msg when they would
+// pass the bound; it runs on the subscription's goroutine.
+func (q *pendingQueue) put(msg *nats.Msg) {
+	n := msgSize(msg)
+	q.mu.Lock()
+	if q.bytes+n > q.limit {
+		q.msgs, q.head, q.bytes, q.overflow = nil, 0, 0, true
+	} else {
+		q.msgs = append(q.msgs, msg)
+		q.bytes += n
+	}
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop removes and returns the oldest delta waiting.
+func (q *pendingQueue) pop() (*nats.Msg, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.head == len(q.msgs) {
+		return nil, false
+	}
+	msg := q.msgs[q.head]
+	q.msgs[q.head] = nil
+	q.head++
+	q.bytes -= msgSize(msg)
+	if q.head == len(q.msgs) {
+		q.msgs, q.head = q.msgs[:0], 0
+	}
+	return msg, true
+}
+
+// waiting reports whether a delta waits.
+func (q *pendingQueue) waiting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head < len(q.msgs)
+}
+
+// dropped reports whether deltas were dropped since its last call.
+func (q *pendingQueue) dropped() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d := q.overflow
+	q.overflow = false
+	return d
+}
+
+// snapshotGate keeps the least interval between two snapshots of a watch.
+type snapshotGate struct {
+	interval time.Duration
+	last     time.Time // when the last snapshot was asked for
+}
+
+// wait waits until the next snapshot may be taken; it reports false when
+// ctx ended or closed fired first.
+func (g *snapshotGate) wait(ctx context.Context, closed <-chan nats.SubStatus) bool {
+	if d := time.Until(g.last.Add(g.interval)); !g.last.IsZero() && d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-closed:
+			return false
+		case <-t.C:
+		}
+	}
+	g.last = time.Now()
+	return true
+}
+
 // deltaWatch is one run of a Watch loop that follows deltas.
 type deltaWatch struct {
 	c           *Client
 	ctx         context.Context
 	yield       func(State, error) bool
-	msgs        <-chan *nats.Msg
+	q           *pendingQueue
+	sub         *nats.Subscription
 	closed      <-chan nats.SubStatus
 	reconnected <-chan nats.Status
+	gate        snapshotGate
+
+	dropped int  // deltas the client library dropped, as last seen
+	said    bool // the watch said that it dropped deltas past its bound
+	nflows  int  // the distinct flows of cur.Value
 
 	cur     State            // the state yielded last, or being built; its Value is updated in place
 	has     bool             // a state was yielded
@@ -63,7 +190,15 @@ type deltaWatch struct {
 	changed []flowstate.Flow // the flows changed since cur was yielded
 	// want is the version of the last delta that could not be applied: a
 	// snapshot behind it is not the current state.
-	want flowstate.Version
+	want     flowstate.Version
+	lostSome bool // deltas were dropped past the bound: sayDropped tells
+	// confirmed is the revision of the last snapshot, in cur's epoch: the
+	// revisions above it were taken from deltas. suspect is the highest
+	// revision of a delta that came at or below the revision held but
+	// above confirmed (0 if none since the last snapshot): a delta the
+	// worker's own deltas do not send, unless what is held is not the
+	// worker's (a forged delta ran ahead).
+	confirmed, suspect uint64
 }
 
 // run applies the deltas until the loop or ctx ends. The deltas that
@@ -71,32 +206,70 @@ type deltaWatch struct {
 // one state, so a slow loop gets the newest state, not every one.
 func (w *deltaWatch) run() {
 	for {
-		var msg *nats.Msg
-		select {
-		case <-w.ctx.Done():
-			return
-		case <-w.closed:
-			w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.deltaSubject, nats.ErrConnectionClosed))
-			return
-		case <-w.reconnected:
-			// Deltas published while the connection was down are lost.
-			if !w.resync() {
+		if !w.q.waiting() {
+			select {
+			case <-w.ctx.Done():
 				return
+			case <-w.closed:
+				w.yield(State{}, fmt.Errorf("client: watch %s: %w", w.c.deltaSubject, nats.ErrConnectionClosed))
+				return
+			case <-w.reconnected:
+				// Deltas published while the connection was down are lost.
+				if !w.resync() {
+					return
+				}
+				continue
+			case <-w.q.ready:
 			}
-			continue
-		case msg = <-w.msgs:
+		} else if w.ctx.Err() != nil {
+			return
 		}
 		w.changed = w.changed[:0]
-		ok := w.apply(msg)
-		for ok && len(w.msgs) > 0 {
-			ok = w.apply(<-w.msgs)
+		ok := true
+		for ok {
+			if w.lost() {
+				ok = false
+				break
+			}
+			msg, has := w.q.pop()
+			if !has {
+				break
+			}
+			ok = w.apply(msg)
 		}
 		// What was applied is a state of its own: yield it before any
 		// snapshot, so that Changed stays exact.
-		if !w.yieldCurrent() || (!ok && !w.resync()) {
+		if !w.yieldCurrent() {
+			return
+		}
+		if !ok && (!w.sayDropped() || !w.resync()) {
 			return
 		}
 	}
+}
+
+// lost reports whether deltas were dropped past the bound, by the queue or
+// the client library, since it was last called.
+func (w *deltaWatch) lost() bool {
+	lost := w.q.dropped()
+	if n, err := w.sub.Dropped(); err == nil && n > w.dropped {
+		w.dropped, lost = n, true
+	}
+	if lost {
+		w.want = flowstate.Version{}
+		w.lostSome = true
+	}
+	return lost
+}
+
+// sayDropped yields, the first time only, that the watch dropped deltas
+// past its bound; it reports whether to go on.
+func (w *deltaWatch) sayDropped() bool {
+	if !w.lostSome || w.said {
+		return true
+	}
+	w.lostSome, w.said = false, true
+	return w.yield(State{}, fmt.Errorf("%w: watch %s dropped the deltas waiting past %d bytes (MaxPendingBytes), and takes a snapshot (said once per watch)", ErrLimit, w.c.deltaSubject, w.c.maxPendingBytes))
 }
 
 // apply applies the delta msg to the current state if its base allows it;
@@ -105,17 +278,28 @@ func (w *deltaWatch) run() {
 // nothing.
 func (w *deltaWatch) apply(msg *nats.Msg) bool {
 	v, err := parseVersion(msg.Header)
-	if err != nil || (v.Epoch == w.cur.Epoch && v.Revision <= w.cur.Revision) {
-		return true // not the worker's, stale or a duplicate
+	if err != nil {
+		return true // not the worker's
+	}
+	if v.Epoch == w.cur.Epoch && v.Revision <= w.cur.Revision {
+		if v.Revision > w.confirmed {
+			// The worker numbers its deltas in order: one at or below
+			// what is held, yet past the last snapshot, says that what is
+			// held may not be the worker's. A snapshot tells.
+			w.suspect = max(w.suspect, v.Revision)
+			return false
+		}
+		return true // stale or a duplicate
 	}
 	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
 	// A delta lists every flow changed since base with its entry now, so
 	// it brings any state between base and its revision to its revision:
 	// a snapshot taken between two deltas (its revision ahead of the next
 	// delta's base) goes on with deltas instead of taking snapshot after
-	// snapshot while reports keep coming.
+	// snapshot while reports keep coming. A delta that runs too far ahead
+	// is checked with a snapshot first.
 	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
-		v.Epoch != w.cur.Epoch || base > w.cur.Revision {
+		v.Epoch != w.cur.Epoch || base > w.cur.Revision || v.Revision-w.cur.Revision > maxRevisionJump {
 		w.want = v
 		return false
 	}
@@ -125,10 +309,16 @@ func (w *deltaWatch) apply(msg *nats.Msg) bool {
 		return false
 	}
 	w.flows = flows
-	applyFlows(w.cur.Value, flows)
+	w.nflows += applyFlows(w.cur.Value, flows)
 	w.changed = mergeChanged(w.changed, flows)
 	w.cur.Version, w.cur.EpochChanged = v, false
 	w.dirty = true
+	if w.nflows > w.c.maxFlows {
+		// Past the bound: a snapshot tells what is current, and fails
+		// when the worker's state is past it too.
+		w.want = flowstate.Version{}
+		return false
+	}
 	return true
 }
 
@@ -174,15 +364,17 @@ func mergeChanged(acc, flows []flowstate.Flow) []flowstate.Flow {
 // worker that had not applied that revision yet) is yielded if it is
 // news, and another is taken after a while, until one reaches the delta's
 // revision or another delta comes: after the last delta of a burst no
-// other would call for it.
+// other would call for it. The chase ends after maxChase snapshots, or
+// at once when the delta ran too far ahead to be the worker's.
 func (w *deltaWatch) resync() bool {
 	wait := minRetryWait
-	for {
-		s, _, ok := retrySnapshot(w.ctx, w.c, w.closed, w.yield, w.c.deltaSubject)
+	for try := 1; ; try++ {
+		s, _, ok := retrySnapshot(w.ctx, w.c, &w.gate, w.closed, w.yield, w.c.deltaSubject, w.drain)
 		if !ok || !w.emitSnapshot(s) {
 			return false
 		}
-		if w.want.Epoch == "" || s.Epoch != w.want.Epoch || s.Revision >= w.want.Revision || len(w.msgs) > 0 {
+		if w.want.Epoch == "" || s.Epoch != w.want.Epoch || s.Revision >= w.want.Revision ||
+			w.want.Revision-s.Revision > maxRevisionJump || try == maxChase || w.q.waiting() {
 			w.want = flowstate.Version{}
 			return true
 		}
@@ -201,25 +393,57 @@ func (w *deltaWatch) resync() bool {
 	}
 }
 
+// drain drops the deltas waiting, just before a get: the snapshot it
+// takes was asked for after they were published, so it covers them (and
+// when it does not, the last of them is the revision to chase). A storm
+// of deltas that each call for a snapshot so costs one get per interval,
+// not one per delta.
+func (w *deltaWatch) drain() {
+	for {
+		msg, ok := w.q.pop()
+		if !ok {
+			return
+		}
+		if v, err := parseVersion(msg.Header); err == nil {
+			w.want = v
+		}
+	}
+}
+
 // emitSnapshot makes snapshot s current and yields it, unless it is not
-// newer than the current state; it reports whether to go on.
+// newer than the current state; it reports whether to go on. The snapshot
+// is the worker's word: one of the epoch held, below the revision held,
+// replaces what is held when a delta showed that revision was not the
+// worker's (suspect) and the snapshot reached that delta.
 func (w *deltaWatch) emitSnapshot(s State) bool {
+	suspect := w.suspect
+	w.suspect = 0
 	switch {
 	case !w.has:
 	case s.Epoch != w.cur.Epoch:
 		s.EpochChanged = true
-	case s.Revision <= w.cur.Revision:
+	case s.Revision == w.cur.Revision:
+		w.confirmed = s.Revision
+		return true
+	case s.Revision < w.cur.Revision && (suspect == 0 || s.Revision < suspect):
+		w.confirmed = max(w.confirmed, s.Revision)
 		return true // never backwards: a get served by a lagging worker
 	}
 	s.Changed = changedFlows(w.cur.Value, s.Value)
 	w.cur, w.has, w.dirty = s, true, false
+	w.confirmed, w.nflows = s.Revision, s.Value.Len()
 	return w.yield(s, nil)
 }
 
-// applyFlows applies a delta's flows to v.
-func applyFlows(v flowstate.FlowStateValue, flows []flowstate.Flow) {
+// applyFlows applies a delta's flows to v and returns by how many its
+// distinct flows grew (less than 0: shrank).
+func applyFlows(v flowstate.FlowStateValue, flows []flowstate.Flow) (grew int) {
 	for i := range flows {
 		f := &flows[i]
+		_, a := v.StateSize[f.ID]
+		_, b := v.LastExecTimeMap[f.ID]
+		_, c := v.StartTimeMap[f.ID]
+		was := a || b || c
 		if f.Has&flowstate.HasStateSize != 0 {
 			v.StateSize[f.ID] = f.StateSize
 		} else {
@@ -235,7 +459,14 @@ func applyFlows(v flowstate.FlowStateValue, flows []flowstate.Flow) {
 		} else {
 			delete(v.StartTimeMap, f.ID)
 		}
+		switch is := f.Has&(flowstate.HasStateSize|flowstate.HasLastExecTime|flowstate.HasStartTime) != 0; {
+		case is && !was:
+			grew++
+		case was && !is:
+			grew--
+		}
 	}
+	return grew
 }
 
 // changedFlows returns the flows of cur whose entry differs from old, and a

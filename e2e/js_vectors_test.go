@@ -52,3 +52,14 @@ func vectorsMaxFlows(t *testing.T, file string) int {
 	require.Positive(t, reports.MaxFlows, "%s: max_flows", file)
 	return reports.MaxFlows
 }
+
+func TestJavaScriptClientReadsHostileVectors(t *testing.T) {
+	t.Parallel()
+	node := requireJSClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), jsRunTimeout)
+	defer cancel()
+	dir, err := filepath.Abs(vectorsDir)
+	require.NoError(t, err)
+	run := startJS(t, ctx, node, "hostile.mjs", dir)
+	require.Equal(t, 4, run.passed(t), "checks run")
+}

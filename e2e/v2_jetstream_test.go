@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -43,9 +44,13 @@ func TestJetStreamWatchFollowsDeltasAcrossAPublisherChange(t *testing.T) {
 	final := requireConverged(t, c, r.want(), 5)
 	want := canonicalMsgpack(r.want())
 
+	// The watch ends on the final aggregate. Its revision may be below
+	// final's: a report that changed nothing (one sent again after its
+	// first copy was stored by a worker killed before it answered) moves
+	// the revision without an update, as the contract publishes changes.
 	last := first
 	n := 1
-	for last.Epoch != final.Epoch || last.Revision < final.Revision {
+	for last.Epoch != final.Epoch || !bytes.Equal(want, codec.AppendAggregate(nil, last.Value.Flows())) {
 		s := nextState(t, states)
 		n++
 		if s.Epoch == last.Epoch {
@@ -53,7 +58,6 @@ func TestJetStreamWatchFollowsDeltasAcrossAPublisherChange(t *testing.T) {
 		}
 		last = s
 	}
-	assert.Equal(t, final.Revision, last.Revision)
-	assert.Equal(t, want, codec.AppendAggregate(nil, last.Value.Flows()), "the watch ends on the final state")
-	t.Logf("%d states yielded for %d acked reports", n, r.acked())
+	assert.LessOrEqual(t, last.Revision, final.Revision, "no revision past the final state's")
+	t.Logf("%d states yielded for %d acked reports; the last at revision %d, the final state's %d", n, r.acked(), last.Revision, final.Revision)
 }

@@ -66,7 +66,7 @@ func TestASnapshotLargerThanTheMaxPayloadIsReadWhole(t *testing.T) {
 	w := startWorker(t, args[1], args[2:]...)
 	nc := connect(t, w.URL)
 	require.EqualValues(t, 1<<20, nc.MaxPayload(), "the server's default max payload")
-	c, err := fsclient.New(nc, fsclient.Options{Timeout: deltaWait})
+	c, err := fsclient.New(nc, fsclient.Options{Timeout: deltaWait, MaxFlows: 1_000_000})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*deltaWait)
 	defer cancel()

@@ -117,6 +117,24 @@ func ValueOf(flows []Flow) FlowStateValue {
 	return v
 }
 
+// Len returns the number of distinct flows v names, without sorting.
+func (v FlowStateValue) Len() int {
+	n := len(v.StateSize)
+	for id := range v.LastExecTimeMap {
+		if _, ok := v.StateSize[id]; !ok {
+			n++
+		}
+	}
+	for id := range v.StartTimeMap {
+		_, inSize := v.StateSize[id]
+		_, inLast := v.LastExecTimeMap[id]
+		if !inSize && !inLast {
+			n++
+		}
+	}
+	return n
+}
+
 // Equal reports whether v and w hold the same flows; nil and empty maps are
 // equal.
 func (v FlowStateValue) Equal(w FlowStateValue) bool {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -112,7 +113,7 @@ func (c *cliCommand) connect(stderr io.Writer) (*nats.Conn, *client.Client, int)
 	if err != nil {
 		return nil, nil, c.errorf(stderr, "connect to %s: %v", redactURLs(c.natsURL), err)
 	}
-	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, Unnumbered: c.unnumbered})
+	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, Unnumbered: c.unnumbered, MaxFlows: cliMaxFlows, MaxGetBytes: cliMaxGetBytes})
 	if err != nil {
 		nc.Close()
 		return nil, nil, c.errorf(stderr, "%v", err)
@@ -122,3 +123,11 @@ func (c *cliCommand) connect(stderr io.Writer) (*nats.Conn, *client.Client, int)
 
 // usage prints the command's help.
 func (c *cliCommand) usage(w io.Writer) { printCommandUsage(w, c) }
+
+// The subcommands read their operator's worker, whatever the size of its
+// state (--max-total-flows 1,000,000 and more), so their client takes no
+// bound of its own on the flows and bytes of a get.
+const (
+	cliMaxFlows    = math.MaxInt
+	cliMaxGetBytes = math.MaxInt
+)

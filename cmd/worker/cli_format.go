@@ -41,24 +41,6 @@ func totalSize(v flowstate.FlowStateValue) uint64 {
 	return sum
 }
 
-// countFlows returns the number of distinct flows of v, without sorting.
-func countFlows(v flowstate.FlowStateValue) int {
-	n := len(v.StateSize)
-	for id := range v.LastExecTimeMap {
-		if _, ok := v.StateSize[id]; !ok {
-			n++
-		}
-	}
-	for id := range v.StartTimeMap {
-		_, inSize := v.StateSize[id]
-		_, inLast := v.LastExecTimeMap[id]
-		if !inSize && !inLast {
-			n++
-		}
-	}
-	return n
-}
-
 // writeTable writes v as a table, one flow a line by ascending id.
 func writeTable(w io.Writer, v flowstate.FlowStateValue) error {
 	flows := v.Flows()

@@ -51,7 +51,7 @@ worker watch --prefix staging.flow --count 1`)
 		return code
 	}
 	defer nc.Close()
-	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, WatchMode: watchMode})
+	cl, err := client.New(nc, client.Options{Prefix: c.prefix, Timeout: c.timeout, WatchMode: watchMode, MaxFlows: cliMaxFlows, MaxGetBytes: cliMaxGetBytes})
 	if err != nil {
 		return c.errorf(stderr, "%v", err)
 	}
@@ -88,7 +88,7 @@ worker watch --prefix staging.flow --count 1`)
 // watchLine is one line of `worker watch`.
 func watchLine(at time.Time, s client.State) string {
 	line := fmt.Sprintf("%s  epoch %s  revision %d  flows %d  size %s",
-		at.UTC().Format(watchTimeFormat), outside(s.Epoch), s.Revision, countFlows(s.Value), humanSize(totalSize(s.Value)))
+		at.UTC().Format(watchTimeFormat), outside(s.Epoch), s.Revision, s.Value.Len(), humanSize(totalSize(s.Value)))
 	if s.EpochChanged {
 		line += "  (new epoch)"
 	}

@@ -74,14 +74,61 @@ export class StaleReportError extends ServiceError {
   }
 }
 
-/** serviceError returns the error a reply carries, or null: a StaleReportError for 409, else a ServiceError. */
+/**
+ * serviceError returns the error a reply carries, or null: a StaleReportError
+ * for 409, else a ServiceError. A code that is not three digits, 100 to 999,
+ * is 500 (anything else); the reason is cleaned (cleanReason).
+ */
 export function serviceError(msg, what) {
   const code = header(msg, H_ERROR_CODE);
   const reason = header(msg, H_ERROR);
   if (code === "" && reason === "") return null;
-  const n = Number(code);
-  if (!/^[1-9][0-9]{2}$/.test(code)) return new ServiceError(what, NaN, `(${H_ERROR_CODE} ${JSON.stringify(code)}) ${reason}`);
-  return n === 409 ? new StaleReportError(what, reason) : new ServiceError(what, n, reason);
+  const n = serviceCode(code);
+  return n === 409 ? new StaleReportError(what, cleanReason(reason)) : new ServiceError(what, n, cleanReason(reason));
+}
+
+/** serviceCode is the code of a Nats-Service-Error-Code value: 500 unless it is three digits, 100 to 999. */
+export function serviceCode(code) {
+  return /^[1-9][0-9]{2}$/.test(code) ? Number(code) : 500;
+}
+
+/** MAX_REASON is the most bytes of a reason a client reports, as of an error message. */
+export const MAX_REASON = 1024;
+
+/**
+ * cleanReason is a reason from a reply fit for a log line or a terminal: cut
+ * to at most MAX_REASON bytes of UTF-8 at a character boundary (with "..."
+ * after it), each control character written as an escape (\x1b below
+ * U+0080, \u0085 above), as the Go client and the Rust crate do.
+ */
+export function cleanReason(s) {
+  let out = "";
+  let bytes = 0;
+  for (const ch of s) {
+    const n = Buffer.byteLength(ch);
+    if (bytes + n > MAX_REASON) return out + "...";
+    bytes += n;
+    const c = ch.codePointAt(0);
+    if (c < 0x20 || c === 0x7f) out += "\\x" + c.toString(16).padStart(2, "0");
+    else if (c >= 0x80 && c <= 0x9f) out += "\\u" + c.toString(16).padStart(4, "0");
+    else out += ch;
+  }
+  return out;
+}
+
+/** MAX_CHUNKS is the most chunks one get may announce. */
+export const MAX_CHUNKS = 1 << 20;
+
+/**
+ * parseChunk reads a Flow-State-Chunk value, "<i>/<n>": decimal digits
+ * without sign or leading zero, 1 <= i <= n <= MAX_CHUNKS; null when it is
+ * not one.
+ */
+export function parseChunk(h) {
+  const m = /^([1-9][0-9]*)\/([1-9][0-9]*)$/.exec(h ?? "");
+  if (!m) return null;
+  const [i, n] = [Number(m[1]), Number(m[2])];
+  return i <= n && n <= MAX_CHUNKS ? { i, n } : null;
 }
 
 // The node_epoch of the Client of this process created last.
@@ -159,11 +206,11 @@ export async function getChunks(nc, subject, hdrs = {}, timeout = REQUEST_TIMEOU
       const v = parseVersion(msg);
       version ??= v;
       assert.deepEqual(v, version, `${what}: every chunk is of one version`);
-      const m = /^([1-9][0-9]*)\/([1-9][0-9]*)$/.exec(header(msg, H_CHUNK));
-      assert.ok(m, `${what}: ${H_CHUNK} ${JSON.stringify(header(msg, H_CHUNK))} is not <i>/<n>`);
-      total ??= Number(m[2]);
-      assert.equal(Number(m[2]), total, `${what}: the count of chunks changed`);
-      assert.equal(Number(m[1]), bodies.length + 1, `${what}: chunks come in order`);
+      const c = parseChunk(header(msg, H_CHUNK));
+      assert.ok(c, `${what}: ${H_CHUNK} ${JSON.stringify(header(msg, H_CHUNK))} is not <i>/<n>`);
+      total ??= c.n;
+      assert.equal(c.n, total, `${what}: the count of chunks changed`);
+      assert.equal(c.i, bodies.length + 1, `${what}: chunks come in order`);
       bodies.push(msg.data);
       if (bodies.length === total) return { ...version, bodies };
     }

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -94,7 +95,7 @@ func measureDelta(ctx context.Context, url string, sc scenario, d time.Duration)
 	if err := g.WarmUp(ctx); err != nil {
 		return deltaResult{}, err
 	}
-	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout})
+	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout, MaxFlows: math.MaxInt, MaxGetBytes: math.MaxInt}) // its own worker, of any size
 	if err != nil {
 		return deltaResult{}, err
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -85,7 +86,7 @@ func runFollowChild(args []string, stdin io.Reader, stdout io.Writer) int {
 		return 1
 	}
 	defer nc.Close()
-	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout, WatchMode: mode})
+	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout, WatchMode: mode, MaxFlows: math.MaxInt, MaxGetBytes: math.MaxInt}) // its own worker, of any size
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -250,7 +251,7 @@ func measureFollow(ctx context.Context, url string, sc scenario, d time.Duration
 	if err := g.WarmUp(ctx); err != nil {
 		return r, err
 	}
-	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout})
+	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: requestTimeout, MaxFlows: math.MaxInt, MaxGetBytes: math.MaxInt}) // its own worker, of any size
 	if err != nil {
 		return r, err
 	}

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -71,7 +72,7 @@ func measureSnapshot(ctx context.Context, w *workerProc, workerBin, url string, 
 	if err := g.WarmUp(ctx); err != nil {
 		return r, err
 	}
-	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: 2 * requestTimeout})
+	cl, err := client.New(nc, client.Options{Prefix: prefix, Timeout: 2 * requestTimeout, MaxFlows: math.MaxInt, MaxGetBytes: math.MaxInt}) // its own worker, of any size
 	if err != nil {
 		return r, err
 	}

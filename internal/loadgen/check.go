@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -33,7 +34,7 @@ func (c Check) Exact() bool { return len(c.Diff) == 0 }
 // one, as it may have been applied; flows that none of them owns are
 // differences. It returns an error when no worker answers the get.
 func (g *Generator) Check(ctx context.Context, also ...*Generator) (Check, error) {
-	c, err := client.New(g.nc, client.Options{Prefix: g.cfg.Prefix, Timeout: g.cfg.Timeout})
+	c, err := client.New(g.nc, client.Options{Prefix: g.cfg.Prefix, Timeout: g.cfg.Timeout, MaxFlows: math.MaxInt, MaxGetBytes: math.MaxInt}) // its own worker, of any size
 	if err != nil {
 		return Check{}, fmt.Errorf("loadgen: check: %w", err)
 	}

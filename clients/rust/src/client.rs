@@ -26,6 +26,26 @@ pub const DEFAULT_PREFIX: &str = "flow";
 /// ```
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The most flows a get returns and a watch holds when
+/// [`Options::max_flows`] is not set: the worker's default
+/// `--max-total-flows`.
+pub const DEFAULT_MAX_FLOWS: usize = 100_000;
+
+/// The most bytes of one get's reply, its chunks together, when
+/// [`Options::max_get_bytes`] is not set: a stats view of
+/// [`DEFAULT_MAX_FLOWS`] flows with the worker's default `--max-error-bytes`
+/// (16 MiB) of errors fits.
+pub const DEFAULT_MAX_GET_BYTES: usize = 64 << 20;
+
+/// The most bytes of updates a watch keeps waiting when
+/// [`Options::max_pending_bytes`] is not set: four updates of the server's
+/// default max payload (1 MB).
+pub const DEFAULT_MAX_PENDING_BYTES: usize = 4 << 20;
+
+/// The least time between two snapshots of a watch when
+/// [`Options::snapshot_interval`] is not set: at most two gets a second.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_millis(500);
+
 // The headers of PROTOCOL.md.
 pub(crate) const H_REVISION: &str = "Flow-State-Revision";
 pub(crate) const H_EPOCH: &str = "Flow-State-Epoch";
@@ -91,6 +111,22 @@ pub struct Options {
     /// [`Client::send`]), so that a report delayed in the network never
     /// replaces a later one.
     pub unnumbered: bool,
+    /// The most flows a get returns and a watch holds. A get whose reply
+    /// names more fails with [`ErrorKind::Limit`]; a watch whose updates take
+    /// it past drops them and takes a snapshot. Must be more than zero.
+    pub max_flows: usize,
+    /// The most bytes of one get's reply, its chunks together; past it the
+    /// get fails with [`ErrorKind::Limit`]. Must be more than zero.
+    pub max_get_bytes: usize,
+    /// The most bytes of updates a watch keeps waiting while a snapshot is
+    /// taken or the consumer is busy: past it the watch drops them all, takes
+    /// a snapshot, and says so once with an [`ErrorKind::Limit`] error. Must
+    /// be more than zero.
+    pub max_pending_bytes: usize,
+    /// The least time between two snapshots of one watch, so that a storm of
+    /// updates that call for snapshots costs the worker a bounded number of
+    /// gets.
+    pub snapshot_interval: Duration,
 }
 
 impl Default for Options {
@@ -100,6 +136,10 @@ impl Default for Options {
             timeout: DEFAULT_TIMEOUT,
             watch_mode: WatchMode::Auto,
             unnumbered: false,
+            max_flows: DEFAULT_MAX_FLOWS,
+            max_get_bytes: DEFAULT_MAX_GET_BYTES,
+            max_pending_bytes: DEFAULT_MAX_PENDING_BYTES,
+            snapshot_interval: DEFAULT_SNAPSHOT_INTERVAL,
         }
     }
 }
@@ -132,6 +172,12 @@ impl Options {
             if token == "*" || token == ">" || token.contains(char::is_whitespace) {
                 return Err(bad("has a wildcard or whitespace"));
             }
+        }
+        if self.max_flows == 0 || self.max_get_bytes == 0 || self.max_pending_bytes == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidOptions,
+                "max_flows, max_get_bytes and max_pending_bytes must be more than zero; leave them at Options::default()'s",
+            ));
         }
         if self.timeout.is_zero() {
             return Err(Error::new(
@@ -172,6 +218,10 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) timeout: Duration,
     pub(crate) watch_mode: WatchMode,
+    pub(crate) max_flows: usize,
+    pub(crate) max_get_bytes: usize,
+    pub(crate) max_pending_bytes: usize,
+    pub(crate) snapshot_interval: Duration,
     pub(crate) heartbeat_prefix: String, // <prefix>.heartbeat.
     pub(crate) state_subject: String,    // <prefix>.state
     pub(crate) delta_subject: String,    // <prefix>.state.delta
@@ -259,6 +309,10 @@ impl Client {
             inner: Arc::new(Inner {
                 timeout: options.timeout,
                 watch_mode: options.watch_mode,
+                max_flows: options.max_flows,
+                max_get_bytes: options.max_get_bytes,
+                max_pending_bytes: options.max_pending_bytes,
+                snapshot_interval: options.snapshot_interval,
                 heartbeat_prefix: format!("{p}.heartbeat."),
                 state_subject: format!("{p}.state"),
                 delta_subject: format!("{p}.state.delta"),
@@ -451,9 +505,12 @@ pub(crate) fn check_service_error(subject: &str, msg: &Message) -> Result<(), Er
     let h = msg.headers.as_ref();
     match header(h, H_ERROR_CODE) {
         None => Ok(()),
+        // A code that is not three digits, 100 to 999, is 500: anything else.
         Some(code) => Err(Error::service(
             subject,
-            code.trim().parse().unwrap_or(500),
+            crate::get::canonical_uint(code.trim())
+                .filter(|c| (100..=999).contains(c))
+                .map_or(500, |c| c as u16),
             header(h, H_ERROR).unwrap_or(""),
         )),
     }

@@ -46,9 +46,20 @@ pub enum ErrorKind {
     /// No answer within the client's timeout ([`Options::timeout`](crate::Options::timeout)).
     /// A report sent with [`Client::send`](crate::Client::send) may still be applied.
     TimedOut,
+    /// The connection dropped and reconnected while a get waited for its
+    /// answer (a server restart, or a message the NATS library could not
+    /// parse, such as a header that is not UTF-8): the answer is lost, and
+    /// the get ends at once instead of at its timeout. Retry.
+    Reconnected,
     /// The worker's answer or update breaks PROTOCOL.md (missing headers, an
     /// undecodable body, chunks out of order).
     BadReply,
+    /// A reply or the updates a watch keeps went past one of the client's
+    /// bounds ([`Options::max_flows`](crate::Options::max_flows),
+    /// [`Options::max_get_bytes`](crate::Options::max_get_bytes),
+    /// [`Options::max_pending_bytes`](crate::Options::max_pending_bytes));
+    /// the reason names it. What went past was dropped.
+    Limit,
     /// The NATS connection failed the operation (closed, subject invalid,
     /// payload over the server's max payload).
     Nats,
@@ -102,6 +113,12 @@ impl Error {
         self
     }
 
+    /// Prefixes the reason with what, keeping the kind and the source.
+    pub(crate) fn prefixed(mut self, what: &str) -> Self {
+        self.reason = format!("{what}: {}", self.reason);
+        self
+    }
+
     /// The error of a reply with the service error headers.
     pub(crate) fn service(subject: &str, code: u16, reason: &str) -> Self {
         let kind = match code {
@@ -116,7 +133,7 @@ impl Error {
             kind,
             subject: Some(subject.to_string()),
             code: Some(code),
-            reason: reason.to_string(),
+            reason: clean_reason(reason),
             source: None,
         }
     }
@@ -190,13 +207,39 @@ impl Error {
             ErrorKind::TimedOut => {
                 "the worker did not answer in time (Options::timeout); retry, or raise Options::timeout, e.g. Duration::from_secs(10)"
             }
+            ErrorKind::Reconnected => {
+                "the answer was lost with the connection; retry (only workers may publish on the state subjects and inboxes: see docs/clients.md)"
+            }
             ErrorKind::BadReply => {
                 "the worker does not speak PROTOCOL.md as this client reads it; check its version"
+            }
+            ErrorKind::Limit => {
+                "what went past was dropped; raise the bound the reason names in Options if the worker's state is that large"
             }
             ErrorKind::Nats => "check the NATS connection",
             ErrorKind::InvalidOptions => "nothing was sent; fix the options or the argument",
         }
     }
+}
+
+/// Returns a reason from a reply fit for a log line or a terminal: cut to at
+/// most 1,024 bytes at a character boundary (with "..." after it), each
+/// control character written as an escape (`\x1b`, `\u0085`), as the Go
+/// client does.
+pub(crate) fn clean_reason(s: &str) -> String {
+    let cut = crate::health::cut_message(s);
+    let mut out = String::with_capacity(cut.len());
+    for c in cut.chars() {
+        match c as u32 {
+            n if c.is_control() && n < 0x80 => out.push_str(&format!("\\x{n:02x}")),
+            n if c.is_control() => out.push_str(&format!("\\u{n:04x}")),
+            _ => out.push(c),
+        }
+    }
+    if cut.len() < s.len() {
+        out.push_str("...");
+    }
+    out
 }
 
 impl fmt::Display for Error {

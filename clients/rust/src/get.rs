@@ -2,6 +2,8 @@
 //! view ([`StatsSnapshot`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use async_nats::{HeaderMap, Message};
 use bytes::Bytes;
@@ -16,6 +18,9 @@ use crate::client::{
 use crate::error::{Error, ErrorKind};
 use crate::health::StatsView;
 use crate::value::{FlowId, FlowStateValue, Version, decode_msgpack};
+
+/// How often a get looks whether the connection reconnected.
+const RECONNECT_CHECK: Duration = Duration::from_millis(100);
 
 /// The most chunks one snapshot may announce, so that a bad header cannot
 /// keep a get reading forever (1,000,000 flows take about 36 chunks of 1 MB).
@@ -80,7 +85,9 @@ pub struct JsonSnapshot {
     /// The state's epoch and revision.
     pub version: Version,
     /// Exactly the bytes GreptimeDB's serde_json writes for `FlowStateValue`;
-    /// of the stats view, the bytes serde_json writes for [`StatsView`].
+    /// of the stats view, the bytes serde_json writes for [`StatsView`]. The
+    /// bytes are the worker's as they came, checked to be one JSON object of
+    /// that shape (else the get is [`ErrorKind::BadReply`]).
     pub json: Bytes,
 }
 
@@ -165,8 +172,27 @@ impl Client {
             .await
             .map_err(|e| nats_err("publish failed").with_source(e))?;
         let mut joiner = Joiner::<T>::default();
+        let mut bytes = 0usize;
+        // What the server sent while the connection was down is lost: a
+        // reconnect ends the get at once.
+        let connects = || self.nats.statistics().connects.load(Ordering::Relaxed);
+        let connected = connects();
+        let mut check = tokio::time::interval(RECONNECT_CHECK);
         loop {
-            let msg = match timeout_at(deadline, sub.next()).await {
+            let next = tokio::select! {
+                next = timeout_at(deadline, sub.next()) => next,
+                _ = check.tick() => {
+                    if connects() != connected {
+                        return Err(Error::new(
+                            ErrorKind::Reconnected,
+                            "the connection reconnected during the get",
+                        )
+                        .on(subject));
+                    }
+                    continue;
+                }
+            };
+            let msg = match next {
                 Err(_) => {
                     let got = if joiner.n == 0 {
                         "no answer".to_string()
@@ -186,14 +212,45 @@ impl Client {
                 return Err(Error::new(ErrorKind::NoWorker, "no worker answered").on(subject));
             }
             check_service_error(subject, &msg)?;
+            bytes = bytes.saturating_add(msg.payload.len());
+            if bytes > self.inner.max_get_bytes {
+                return Err(Error::new(
+                    ErrorKind::Limit,
+                    format!(
+                        "the reply passed {} bytes (Options::max_get_bytes)",
+                        self.inner.max_get_bytes
+                    ),
+                )
+                .on(subject));
+            }
             if joiner.n == 0 && header(msg.headers.as_ref(), H_CHUNK).is_none() {
-                let (version, value) = decode_body(&msg).map_err(|e| e.on(subject))?;
+                let (version, value): (Version, T) =
+                    decode_body(&msg).map_err(|e| e.on(subject))?;
+                self.check_flows(value.flow_count())?;
                 return Ok((version, value, 0));
             }
-            if joiner.add(&msg).map_err(|e| e.on(subject))? {
+            let last = joiner.add(&msg).map_err(|e| e.on(subject))?;
+            self.check_flows(joiner.flows)?;
+            if last {
                 return Ok(joiner.finish());
             }
         }
+    }
+
+    /// Fails with [`ErrorKind::Limit`] when n flows are past
+    /// [`Options::max_flows`](crate::Options::max_flows).
+    fn check_flows(&self, n: usize) -> Result<(), Error> {
+        if n > self.inner.max_flows {
+            return Err(Error::new(
+                ErrorKind::Limit,
+                format!(
+                    "the reply names {n} flows or more, past {} (Options::max_flows)",
+                    self.inner.max_flows
+                ),
+            )
+            .on(&self.inner.get_subject));
+        }
+        Ok(())
     }
 
     /// Returns the aggregate in the single-message form of a v1 get. A worker
@@ -272,11 +329,43 @@ impl Client {
             )
             .on(subject));
         }
+        // The bytes are passed on as they came, once they are checked to be
+        // JSON of the view's shape.
+        match view {
+            None => {
+                check_json::<FlowStateValue>(&reply.payload, &["state_size", "last_exec_time_map"])
+            }
+            Some(_) => check_json::<StatsView>(
+                &reply.payload,
+                &[
+                    "state_size",
+                    "last_exec_time_map",
+                    "start_time_map",
+                    "processed_rows",
+                    "last_errors",
+                ],
+            ),
+        }
+        .map_err(|e| e.on(subject))?;
         Ok(JsonSnapshot {
             version,
             json: reply.payload,
         })
     }
+}
+
+/// Refuses data unless it is one JSON object of T's shape with each of the
+/// keys `required`, checked as a chunk of T is.
+fn check_json<T: Chunked>(data: &[u8], required: &[&str]) -> Result<(), Error> {
+    let bad = |what: String| Error::new(ErrorKind::BadReply, what);
+    let obj: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(data)
+        .map_err(|e| bad(format!("the JSON {} does not decode", T::WHAT)).with_source(e))?;
+    if let Some(k) = required.iter().find(|k| !obj.contains_key(**k)) {
+        return Err(bad(format!("the JSON {} lacks {k:?}", T::WHAT)));
+    }
+    let v: T = serde_json::from_value(serde_json::Value::Object(obj))
+        .map_err(|e| bad(format!("the JSON {} does not decode", T::WHAT)).with_source(e))?;
+    v.check()
 }
 
 /// The media type of a Content-Type value, without parameters.
@@ -301,8 +390,9 @@ fn decode_body<T: Chunked>(msg: &Message) -> Result<(Version, T), Error> {
             .with_source(e)
         })?
     } else {
-        decode_msgpack(&msg.payload, T::WHAT)?
+        decode_msgpack::<T>(&msg.payload, T::WHAT)?
     };
+    value.check()?;
     Ok((version, value))
 }
 
@@ -314,6 +404,17 @@ pub(crate) trait Chunked: DeserializeOwned + Default {
     fn id_range(&self) -> Option<(FlowId, FlowId)>;
     /// Adds the flows of a chunk whose ids are all above the value's.
     fn append(&mut self, chunk: Self);
+    /// The number of distinct flows the value names.
+    fn flow_count(&self) -> usize;
+    /// Refuses a value that breaks PROTOCOL.md past what its form says.
+    fn check(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The number of distinct flow ids among keys.
+fn distinct<'a>(keys: impl Iterator<Item = &'a FlowId>) -> usize {
+    keys.collect::<std::collections::BTreeSet<_>>().len()
 }
 
 /// The lowest and highest flow id of maps, each as its first and last key.
@@ -345,6 +446,10 @@ impl Chunked for FlowStateValue {
         self.last_exec_time_map.extend(chunk.last_exec_time_map);
         self.start_time_map.extend(chunk.start_time_map);
     }
+
+    fn flow_count(&self) -> usize {
+        self.len()
+    }
 }
 
 impl Chunked for StatsView {
@@ -367,6 +472,49 @@ impl Chunked for StatsView {
         self.processed_rows.extend(chunk.processed_rows);
         self.last_errors.extend(chunk.last_errors);
     }
+
+    /// At most [`MAX_FLOW_ERRORS`](crate::MAX_FLOW_ERRORS) errors a flow,
+    /// each message 1 to [`MAX_ERROR_MESSAGE`](crate::MAX_ERROR_MESSAGE)
+    /// bytes, as the worker writes them and the Go client checks.
+    fn check(&self) -> Result<(), Error> {
+        for (id, errors) in &self.last_errors {
+            if errors.len() > crate::MAX_FLOW_ERRORS {
+                return Err(Error::new(
+                    ErrorKind::BadReply,
+                    format!(
+                        "flow {id} has {} errors, more than {}",
+                        errors.len(),
+                        crate::MAX_FLOW_ERRORS
+                    ),
+                ));
+            }
+            if let Some(e) = errors
+                .iter()
+                .find(|e| e.message.is_empty() || e.message.len() > crate::MAX_ERROR_MESSAGE)
+            {
+                return Err(Error::new(
+                    ErrorKind::BadReply,
+                    format!(
+                        "flow {id} has an error message of {} bytes, not 1 to {}",
+                        e.message.len(),
+                        crate::MAX_ERROR_MESSAGE
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn flow_count(&self) -> usize {
+        distinct(
+            self.state_size
+                .keys()
+                .chain(self.last_exec_time_map.keys())
+                .chain(self.start_time_map.keys())
+                .chain(self.processed_rows.keys())
+                .chain(self.last_errors.keys()),
+        )
+    }
 }
 
 /// Joins the chunks of one snapshot of a view.
@@ -377,6 +525,9 @@ pub(crate) struct Joiner<T> {
     n: usize, // chunks announced
     value: T,
     last: Option<u32>, // the highest flow id so far
+    /// The distinct flows of the chunks so far (their ranges do not
+    /// overlap, so their counts add up).
+    pub(crate) flows: usize,
 }
 
 impl<T: Chunked> Joiner<T> {
@@ -385,12 +536,11 @@ impl<T: Chunked> Joiner<T> {
         let version = parse_version(msg.headers.as_ref())?;
         let chunk = header(msg.headers.as_ref(), H_CHUNK).unwrap_or("");
         let (i, n) = parse_chunk(chunk)?;
-        let value: T = decode_msgpack(&msg.payload, T::WHAT).map_err(|e| {
-            Error::new(
-                ErrorKind::BadReply,
-                format!("chunk {i}/{n}: {}", e.reason()),
-            )
-        })?;
+        let value: T = decode_msgpack(&msg.payload, T::WHAT)
+            .map_err(|e| e.prefixed(&format!("chunk {i}/{n}")))?;
+        value
+            .check()
+            .map_err(|e| e.prefixed(&format!("chunk {i}/{n}")))?;
         self.add_value(version, i, n, value)?;
         Ok(i == n)
     }
@@ -433,6 +583,7 @@ impl<T: Chunked> Joiner<T> {
         if let Some((_, hi)) = range {
             self.last = Some(hi);
         }
+        self.flows += value.flow_count();
         self.value.append(value);
         self.i = i;
         Ok(())
@@ -444,11 +595,12 @@ impl<T: Chunked> Joiner<T> {
     }
 }
 
-/// Parses a Flow-State-Chunk header, "<i>/<n>" with 1 <= i <= n.
+/// Parses a Flow-State-Chunk header, "<i>/<n>": decimal digits without sign
+/// or leading zero, 1 <= i <= n <= [`MAX_CHUNKS`].
 fn parse_chunk(h: &str) -> Result<(usize, usize), Error> {
     let parsed = h
         .split_once('/')
-        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+        .and_then(|(a, b)| Some((canonical_uint(a)?, canonical_uint(b)?)));
     match parsed {
         Some((i, n)) if i >= 1 && i <= n && n <= MAX_CHUNKS => Ok((i, n)),
         _ => Err(Error::new(
@@ -458,9 +610,65 @@ fn parse_chunk(h: &str) -> Result<(usize, usize), Error> {
     }
 }
 
+/// Parses s if it is decimal digits without a leading zero (or "0").
+pub(crate) fn canonical_uint(s: &str) -> Option<usize> {
+    let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (s.len() > 1 && s.starts_with('0')) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// testdata/vectors/hostile.json: replies a peer that is not the worker
+    /// could send, read the same way by the Go client, this crate and the
+    /// JavaScript client.
+    #[test]
+    fn hostile_vectors() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/vectors/hostile.json"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(v["max_chunks"].as_u64(), Some(MAX_CHUNKS as u64));
+        for c in v["chunk_headers"].as_array().unwrap() {
+            let h = c["header"].as_str().unwrap();
+            let want = c["n"]
+                .as_u64()
+                .map(|n| (c["i"].as_u64().unwrap() as usize, n as usize));
+            assert_eq!(parse_chunk(h).ok(), want, "{h:?}");
+        }
+        for c in v["error_codes"].as_array().unwrap() {
+            let code = c["code"].as_str().unwrap();
+            let mut h = HeaderMap::new();
+            h.insert(crate::client::H_ERROR_CODE, code);
+            let msg = Message {
+                subject: "s".into(),
+                reply: None,
+                payload: Bytes::new(),
+                headers: Some(h),
+                status: None,
+                description: None,
+                length: 0,
+            };
+            let e = check_service_error("s", &msg).unwrap_err();
+            assert_eq!(
+                e.code(),
+                c["want"].as_u64().map(|w| w as u16),
+                "code {code:?}"
+            );
+        }
+        for c in v["reasons"].as_array().unwrap() {
+            let reason = c["reason"].as_str().unwrap();
+            let reason = reason.repeat(c["repeat"].as_u64().unwrap_or(1) as usize);
+            let e = Error::service("s", 500, &reason);
+            assert_eq!(e.reason(), c["want"].as_str().unwrap(), "{:.40}", reason);
+        }
+    }
 
     #[test]
     fn parse_chunk_takes_i_of_n_and_refuses_the_rest() {

@@ -57,7 +57,10 @@ mod report;
 mod value;
 mod watch;
 
-pub use client::{Client, DEFAULT_PREFIX, DEFAULT_TIMEOUT, Options, WatchMode};
+pub use client::{
+    Client, DEFAULT_MAX_FLOWS, DEFAULT_MAX_GET_BYTES, DEFAULT_MAX_PENDING_BYTES, DEFAULT_PREFIX,
+    DEFAULT_SNAPSHOT_INTERVAL, DEFAULT_TIMEOUT, Options, WatchMode,
+};
 pub use error::{Error, ErrorKind};
 pub use get::{JsonSnapshot, Snapshot, StatsSnapshot};
 pub use health::{

@@ -159,6 +159,32 @@ impl FlowStateValue {
         flows.into_values().collect()
     }
 
+    /// Returns the number of distinct flows the value names, in any map.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use flowstate_client::FlowStateValue;
+    ///
+    /// let value = FlowStateValue::new(BTreeMap::from([(1, 8)]), BTreeMap::from([(1, 5), (2, 6)]), BTreeMap::new());
+    /// assert_eq!(value.len(), 2);
+    /// ```
+    pub fn len(&self) -> usize {
+        let in_size_or_last = |id: &FlowId| {
+            self.state_size.contains_key(id) || self.last_exec_time_map.contains_key(id)
+        };
+        self.state_size.len()
+            + self
+                .last_exec_time_map
+                .keys()
+                .filter(|id| !self.state_size.contains_key(id))
+                .count()
+            + self
+                .start_time_map
+                .keys()
+                .filter(|id| !in_size_or_last(id))
+                .count()
+    }
+
     /// Returns flow `id`'s entry: every field `None` when the value lacks it.
     ///
     /// ```
@@ -311,14 +337,22 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// How deep a msgpack item may nest.
+const MAX_MSGPACK_DEPTH: usize = 32;
+
 /// Decodes one msgpack item of type T that takes all of data.
 pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Result<T, Error> {
     let mut de = rmp_serde::Deserializer::new(Cursor::new(data));
+    // No form nests deeper than a few levels; an unknown field nested deeper
+    // is refused before it takes the stack (a debug build overflows near
+    // rmp-serde's default of 1,024).
+    de.set_max_depth(MAX_MSGPACK_DEPTH);
     let v = T::deserialize(&mut de).map_err(|e| {
         Error::new(
             ErrorKind::BadReply,
-            format!("{what} is not valid msgpack of its form: {e}"),
+            format!("{what} is not valid msgpack of its form"),
         )
+        .with_source(e)
     })?;
     let used = de.position();
     if used != data.len() as u64 {
@@ -331,4 +365,33 @@ pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Re
         ));
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deep_nesting_in_an_unknown_field_is_refused_not_a_stack_overflow() {
+        // {"state_size": {}, "last_exec_time_map": {}, "x": [[[...nil...]]]}.
+        let value_with = |depth: usize| {
+            let mut data = vec![0x83, 0xaa];
+            data.extend(b"state_size\x80\xb2last_exec_time_map\x80\xa1x");
+            data.extend(std::iter::repeat_n(0x91, depth));
+            data.push(0xc0);
+            data
+        };
+        let data = value_with(1000);
+        let e = FlowStateValue::from_msgpack(&data).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadReply, "{e}");
+        let cause = std::error::Error::source(&e).expect("the decoder's error is kept");
+        assert!(cause.to_string().contains("depth"), "{e}");
+
+        // As deep as the forms nest, and a few levels more, is fine.
+        assert!(
+            FlowStateValue::from_msgpack(&value_with(8))
+                .unwrap()
+                .is_empty()
+        );
+    }
 }

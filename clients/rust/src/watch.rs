@@ -55,7 +55,11 @@ pub struct State {
 /// [`Client::watch`]:
 ///
 /// - the first state is a snapshot, then come the updates, in revision
-///   order within an epoch, never twice and never backwards;
+///   order within an epoch, never twice and never backwards, except after a
+///   forged update: a snapshot is the worker's word, and one below the
+///   revision held replaces what is held when an update at or below that
+///   revision, past the last snapshot, showed it was not the worker's; an
+///   update more than 2^20 revisions ahead is checked with a snapshot first;
 /// - against a v2 worker it follows `<prefix>.state.delta`: it applies a delta
 ///   whose epoch is the current one and whose base is at or below the current
 ///   revision (below its own revision), and takes a new chunked snapshot when
@@ -63,8 +67,14 @@ pub struct State {
 ///   a reconnect); against a v1 worker it follows `<prefix>.state`;
 /// - a state of a new epoch has [`State::epoch_changed`] set;
 /// - a slow consumer gets the newest state, the updates it missed merged into
-///   it ([`State::changed`] covers them all): memory stays bounded by the
-///   state, whatever the rate of updates;
+///   it ([`State::changed`] covers them all); a task moves the updates off the
+///   subscription into a queue of at most
+///   [`Options::max_pending_bytes`](crate::Options::max_pending_bytes): past
+///   it they are dropped, a snapshot is taken, and the first time the stream
+///   yields an [`ErrorKind::Limit`](crate::ErrorKind::Limit) error; deltas
+///   cannot take the state past [`Options::max_flows`](crate::Options::max_flows);
+///   snapshots are at least
+///   [`Options::snapshot_interval`](crate::Options::snapshot_interval) apart;
 /// - a snapshot that fails yields the error (the stream goes on, and retries
 ///   after a pause that grows to 5 s); the stream ends, after an error, when
 ///   the connection closes.

@@ -217,6 +217,9 @@ async fn a_get_of_many_flows_comes_in_chunks_under_the_default_max_payload() {
         Options {
             prefix: "rsbig".into(),
             timeout: Duration::from_secs(60),
+            // The worker's --max-total-flows, and bytes to match.
+            max_flows: (n as usize).max(flowstate_client::DEFAULT_MAX_FLOWS),
+            max_get_bytes: usize::MAX,
             ..Options::default()
         },
     )

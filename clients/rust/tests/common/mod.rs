@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use flowstate_client::{Client, Options, Report, StatsError, StatsView};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// Bounds of starting a process and of waiting for a fact in a test.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -305,4 +306,77 @@ pub fn view_of(reports: &[Report]) -> StatsView {
         }
     }
     want
+}
+
+/// A connection speaking the NATS protocol by hand, to publish headers no
+/// client library would write.
+pub struct RawPeer {
+    pub rd: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    pub wr: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl RawPeer {
+    pub async fn connect(port: u16) -> Self {
+        let (rd, wr) = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap()
+            .into_split();
+        let mut p = RawPeer {
+            rd: BufReader::new(rd),
+            wr,
+        };
+        let mut info = String::new();
+        p.rd.read_line(&mut info).await.unwrap();
+        assert!(info.starts_with("INFO "), "{info}");
+        p.wr.write_all(b"CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true}\r\n")
+            .await
+            .unwrap();
+        p.ping().await;
+        p
+    }
+
+    /// Sends PING and waits for PONG: the server took what came before.
+    pub async fn ping(&mut self) {
+        self.wr.write_all(b"PING\r\n").await.unwrap();
+        loop {
+            let mut line = String::new();
+            let n = tokio::time::timeout(WAIT_TIMEOUT, self.rd.read_line(&mut line))
+                .await
+                .expect("PONG in time")
+                .unwrap();
+            assert!(n > 0, "the server closed the raw connection");
+            assert!(!line.starts_with("-ERR"), "the server refused: {line}");
+            if line.starts_with("PONG") {
+                return;
+            }
+        }
+    }
+
+    /// Publishes header bytes hdr and payload on subject as they are.
+    pub async fn hpub(&mut self, subject: &str, hdr: &[u8], payload: &[u8]) {
+        let mut m = format!(
+            "HPUB {subject} {} {}\r\n",
+            hdr.len(),
+            hdr.len() + payload.len()
+        )
+        .into_bytes();
+        m.extend_from_slice(hdr);
+        m.extend_from_slice(payload);
+        m.extend_from_slice(b"\r\n");
+        self.wr.write_all(&m).await.unwrap();
+        self.ping().await;
+    }
+
+    /// Publishes as hpub does, without waiting for the server to take it.
+    pub async fn hpub_nowait(&mut self, subject: &str, hdr: &[u8], payload: &[u8]) {
+        let head = format!(
+            "HPUB {subject} {} {}\r\n",
+            hdr.len(),
+            hdr.len() + payload.len()
+        );
+        self.wr.write_all(head.as_bytes()).await.unwrap();
+        self.wr.write_all(hdr).await.unwrap();
+        self.wr.write_all(payload).await.unwrap();
+        self.wr.write_all(b"\r\n").await.unwrap();
+    }
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -291,20 +292,14 @@ func (w *deltaWatch) apply(msg *nats.Msg) bool {
 		}
 		return true // stale or a duplicate
 	}
-	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
+	base, flows, err := readDelta(msg, w.flows)
 	// A delta lists every flow changed since base with its entry now, so
 	// it brings any state between base and its revision to its revision:
 	// a snapshot taken between two deltas (its revision ahead of the next
 	// delta's base) goes on with deltas instead of taking snapshot after
 	// snapshot while reports keep coming. A delta that runs too far ahead
 	// is checked with a snapshot first.
-	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
-		v.Epoch != w.cur.Epoch || base > w.cur.Revision || v.Revision-w.cur.Revision > maxRevisionJump {
-		w.want = v
-		return false
-	}
-	bodyBase, flows, err := codec.DecodeDelta(msg.Data, w.flows)
-	if err != nil || bodyBase != base {
+	if err != nil || v.Epoch != w.cur.Epoch || base > w.cur.Revision || v.Revision-w.cur.Revision > maxRevisionJump {
 		w.want = v
 		return false
 	}
@@ -492,4 +487,27 @@ func changedFlows(old, cur flowstate.FlowStateValue) []flowstate.Flow {
 		}
 	}
 	return out
+}
+
+// readDelta reads a delta update's Flow-State-Base-Revision and body: its
+// base and flows (appended to dst[:0]), or an error when the delta is a
+// resync (Flow-State-Resync: 1), its base header is not a decimal uint64,
+// its body is invalid or names another base. A delta it refuses is not
+// applied: the watch takes a snapshot instead.
+func readDelta(msg *nats.Msg, dst []flowstate.Flow) (uint64, []flowstate.Flow, error) {
+	if msg.Header.Get(protocol.HeaderResync) == "1" {
+		return 0, nil, errors.New("a resync delta")
+	}
+	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %q is not a decimal uint64", protocol.HeaderBaseRevision, msg.Header.Get(protocol.HeaderBaseRevision))
+	}
+	bodyBase, flows, err := codec.DecodeDelta(msg.Data, dst)
+	if err != nil {
+		return 0, nil, err
+	}
+	if bodyBase != base {
+		return 0, nil, fmt.Errorf("the body's base %d is not %s %d", bodyBase, protocol.HeaderBaseRevision, base)
+	}
+	return base, flows, nil
 }

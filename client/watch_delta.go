@@ -491,16 +491,17 @@ func changedFlows(old, cur flowstate.FlowStateValue) []flowstate.Flow {
 
 // readDelta reads a delta update's Flow-State-Base-Revision and body: its
 // base and flows (appended to dst[:0]), or an error when the delta is a
-// resync (Flow-State-Resync: 1), its base header is not a decimal uint64,
+// resync (Flow-State-Resync: 1), its base header is not a decimal uint64 (no sign, no leading zero),
 // its body is invalid or names another base. A delta it refuses is not
 // applied: the watch takes a snapshot instead.
 func readDelta(msg *nats.Msg, dst []flowstate.Flow) (uint64, []flowstate.Flow, error) {
 	if msg.Header.Get(protocol.HeaderResync) == "1" {
 		return 0, nil, errors.New("a resync delta")
 	}
-	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
-	if err != nil {
-		return 0, nil, fmt.Errorf("%s %q is not a decimal uint64", protocol.HeaderBaseRevision, msg.Header.Get(protocol.HeaderBaseRevision))
+	h := msg.Header.Get(protocol.HeaderBaseRevision)
+	base, err := strconv.ParseUint(h, 10, 64)
+	if err != nil || !canonicalUint(h) {
+		return 0, nil, fmt.Errorf("%s %q is not a decimal uint64", protocol.HeaderBaseRevision, h)
 	}
 	bodyBase, flows, err := codec.DecodeDelta(msg.Data, dst)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowstate-io/flowstate/flowstate"
-	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/protocol"
 )
 
@@ -244,8 +243,8 @@ func parseVersion(h nats.Header) (flowstate.Version, error) {
 	if epoch == "" || rev == "" {
 		return flowstate.Version{}, fmt.Errorf("%w: missing %s or %s header", ErrBadReply, protocol.HeaderEpoch, protocol.HeaderRevision)
 	}
-	if !kv.ValidEpoch(epoch) {
-		return flowstate.Version{}, fmt.Errorf("%w: %s %.80q is not 1 to %d printable ASCII characters", ErrBadReply, protocol.HeaderEpoch, epoch, kv.MaxEpochLen)
+	if !protocol.ValidEpoch(epoch) {
+		return flowstate.Version{}, fmt.Errorf("%w: %s %.80q is not 1 to %d printable ASCII characters", ErrBadReply, protocol.HeaderEpoch, epoch, protocol.MaxEpochLen)
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(rev), 10, 64)
 	if err != nil || !canonicalUint(strings.TrimSpace(rev)) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,112 +60,6 @@ func (c *Client) watchDeltas(ctx context.Context, yield func(State, error) bool)
 		w.run()
 	}
 	return false
-}
-
-// pendingQueue holds the deltas between the subscription's callback and
-// the loop, bounded in bytes: past the bound it drops them all, and the
-// loop takes a snapshot.
-type pendingQueue struct {
-	ready chan struct{} // a delta is waiting; capacity 1
-
-	mu       sync.Mutex // guards the fields below
-	msgs     []*nats.Msg
-	head     int // msgs[head:] wait
-	bytes    int // of msgs[head:]
-	limit    int
-	overflow bool // deltas were dropped since the last call of dropped
-}
-
-func newPendingQueue(limit int) *pendingQueue {
-	return &pendingQueue{ready: make(chan struct{}, 1), limit: limit}
-}
-
-// msgSize is what msg holds in memory, near enough: its body, subjects and
-// headers.
-func msgSize(msg *nats.Msg) int {
-	n := len(msg.Data) + len(msg.Subject) + len(msg.Reply)
-	for k, vs := range msg.Header {
-		n += len(k)
-		for _, v := range vs {
-			n += len(v)
-		}
-	}
-	return n
-}
-
-// put queues msg, or drops every delta waiting and msg when they would
-// pass the bound; it runs on the subscription's goroutine.
-func (q *pendingQueue) put(msg *nats.Msg) {
-	n := msgSize(msg)
-	q.mu.Lock()
-	if q.bytes+n > q.limit {
-		q.msgs, q.head, q.bytes, q.overflow = nil, 0, 0, true
-	} else {
-		q.msgs = append(q.msgs, msg)
-		q.bytes += n
-	}
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// pop removes and returns the oldest delta waiting.
-func (q *pendingQueue) pop() (*nats.Msg, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.head == len(q.msgs) {
-		return nil, false
-	}
-	msg := q.msgs[q.head]
-	q.msgs[q.head] = nil
-	q.head++
-	q.bytes -= msgSize(msg)
-	if q.head == len(q.msgs) {
-		q.msgs, q.head = q.msgs[:0], 0
-	}
-	return msg, true
-}
-
-// waiting reports whether a delta waits.
-func (q *pendingQueue) waiting() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.head < len(q.msgs)
-}
-
-// dropped reports whether deltas were dropped since its last call.
-func (q *pendingQueue) dropped() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	d := q.overflow
-	q.overflow = false
-	return d
-}
-
-// snapshotGate keeps the least interval between two snapshots of a watch.
-type snapshotGate struct {
-	interval time.Duration
-	last     time.Time // when the last snapshot was asked for
-}
-
-// wait waits until the next snapshot may be taken; it reports false when
-// ctx ended or closed fired first.
-func (g *snapshotGate) wait(ctx context.Context, closed <-chan nats.SubStatus) bool {
-	if d := time.Until(g.last.Add(g.interval)); !g.last.IsZero() && d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-closed:
-			return false
-		case <-t.C:
-		}
-	}
-	g.last = time.Now()
-	return true
 }
 
 // deltaWatch is one run of a Watch loop that follows deltas.
@@ -328,31 +221,6 @@ func (w *deltaWatch) yieldCurrent() bool {
 	return w.yield(w.cur, nil)
 }
 
-// mergeChanged returns the union of acc and flows, both sorted by ID,
-// with the entries of flows winning.
-func mergeChanged(acc, flows []flowstate.Flow) []flowstate.Flow {
-	if len(acc) == 0 {
-		return append(acc, flows...)
-	}
-	out := make([]flowstate.Flow, 0, len(acc)+len(flows))
-	i, j := 0, 0
-	for i < len(acc) || j < len(flows) {
-		switch {
-		case j == len(flows) || (i < len(acc) && acc[i].ID < flows[j].ID):
-			out = append(out, acc[i])
-			i++
-		case i == len(acc) || flows[j].ID < acc[i].ID:
-			out = append(out, flows[j])
-			j++
-		default:
-			out = append(out, flows[j])
-			i++
-			j++
-		}
-	}
-	return out
-}
-
 // resync takes a snapshot and yields it if it is news; it reports whether
 // to go on.
 // A snapshot behind the delta that called for it (a get answered by a
@@ -462,31 +330,6 @@ func applyFlows(v flowstate.FlowStateValue, flows []flowstate.Flow) (grew int) {
 		}
 	}
 	return grew
-}
-
-// changedFlows returns the flows of cur whose entry differs from old, and a
-// flow with Has == 0 for each flow of old that cur lacks, sorted by ID.
-func changedFlows(old, cur flowstate.FlowStateValue) []flowstate.Flow {
-	a, b := old.Flows(), cur.Flows()
-	var out []flowstate.Flow
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || (i < len(a) && a[i].ID < b[j].ID):
-			out = append(out, flowstate.Flow{ID: a[i].ID})
-			i++
-		case i == len(a) || b[j].ID < a[i].ID:
-			out = append(out, b[j])
-			j++
-		default:
-			if a[i] != b[j] {
-				out = append(out, b[j])
-			}
-			i++
-			j++
-		}
-	}
-	return out
 }
 
 // readDelta reads a delta update's Flow-State-Base-Revision and body: its

@@ -234,15 +234,20 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 	return reply, nil
 }
 
-// parseVersion reads the Flow-State-Epoch and Flow-State-Revision headers.
+// parseVersion reads the Flow-State-Epoch (1 to 64 printable ASCII
+// characters) and Flow-State-Revision (a decimal uint64 without sign or
+// leading zero) headers; anything else is a malformed reply.
 func parseVersion(h nats.Header) (flowstate.Version, error) {
 	epoch := h.Get(protocol.HeaderEpoch)
 	rev := h.Get(protocol.HeaderRevision)
 	if epoch == "" || rev == "" {
 		return flowstate.Version{}, fmt.Errorf("%w: missing %s or %s header", ErrBadReply, protocol.HeaderEpoch, protocol.HeaderRevision)
 	}
+	if !protocol.ValidEpoch(epoch) {
+		return flowstate.Version{}, fmt.Errorf("%w: %s %.80q is not 1 to %d printable ASCII characters", ErrBadReply, protocol.HeaderEpoch, epoch, protocol.MaxEpochLen)
+	}
 	n, err := strconv.ParseUint(strings.TrimSpace(rev), 10, 64)
-	if err != nil {
+	if err != nil || !canonicalUint(strings.TrimSpace(rev)) {
 		return flowstate.Version{}, fmt.Errorf("%w: %s %q is not a decimal uint64", ErrBadReply, protocol.HeaderRevision, rev)
 	}
 	return flowstate.Version{Epoch: epoch, Revision: n}, nil

@@ -2,9 +2,9 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,112 +60,6 @@ func (c *Client) watchDeltas(ctx context.Context, yield func(State, error) bool)
 		w.run()
 	}
 	return false
-}
-
-// pendingQueue holds the deltas between the subscription's callback and
-// the loop, bounded in bytes: past the bound it drops them all, and the
-// loop takes a snapshot.
-type pendingQueue struct {
-	ready chan struct{} // a delta is waiting; capacity 1
-
-	mu       sync.Mutex // guards the fields below
-	msgs     []*nats.Msg
-	head     int // msgs[head:] wait
-	bytes    int // of msgs[head:]
-	limit    int
-	overflow bool // deltas were dropped since the last call of dropped
-}
-
-func newPendingQueue(limit int) *pendingQueue {
-	return &pendingQueue{ready: make(chan struct{}, 1), limit: limit}
-}
-
-// msgSize is what msg holds in memory, near enough: its body, subjects and
-// headers.
-func msgSize(msg *nats.Msg) int {
-	n := len(msg.Data) + len(msg.Subject) + len(msg.Reply)
-	for k, vs := range msg.Header {
-		n += len(k)
-		for _, v := range vs {
-			n += len(v)
-		}
-	}
-	return n
-}
-
-// put queues msg, or drops every delta waiting and msg when they would
-// pass the bound; it runs on the subscription's goroutine.
-func (q *pendingQueue) put(msg *nats.Msg) {
-	n := msgSize(msg)
-	q.mu.Lock()
-	if q.bytes+n > q.limit {
-		q.msgs, q.head, q.bytes, q.overflow = nil, 0, 0, true
-	} else {
-		q.msgs = append(q.msgs, msg)
-		q.bytes += n
-	}
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// pop removes and returns the oldest delta waiting.
-func (q *pendingQueue) pop() (*nats.Msg, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.head == len(q.msgs) {
-		return nil, false
-	}
-	msg := q.msgs[q.head]
-	q.msgs[q.head] = nil
-	q.head++
-	q.bytes -= msgSize(msg)
-	if q.head == len(q.msgs) {
-		q.msgs, q.head = q.msgs[:0], 0
-	}
-	return msg, true
-}
-
-// waiting reports whether a delta waits.
-func (q *pendingQueue) waiting() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.head < len(q.msgs)
-}
-
-// dropped reports whether deltas were dropped since its last call.
-func (q *pendingQueue) dropped() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	d := q.overflow
-	q.overflow = false
-	return d
-}
-
-// snapshotGate keeps the least interval between two snapshots of a watch.
-type snapshotGate struct {
-	interval time.Duration
-	last     time.Time // when the last snapshot was asked for
-}
-
-// wait waits until the next snapshot may be taken; it reports false when
-// ctx ended or closed fired first.
-func (g *snapshotGate) wait(ctx context.Context, closed <-chan nats.SubStatus) bool {
-	if d := time.Until(g.last.Add(g.interval)); !g.last.IsZero() && d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-closed:
-			return false
-		case <-t.C:
-		}
-	}
-	g.last = time.Now()
-	return true
 }
 
 // deltaWatch is one run of a Watch loop that follows deltas.
@@ -291,20 +185,14 @@ func (w *deltaWatch) apply(msg *nats.Msg) bool {
 		}
 		return true // stale or a duplicate
 	}
-	base, err := strconv.ParseUint(msg.Header.Get(protocol.HeaderBaseRevision), 10, 64)
+	base, flows, err := readDelta(msg, w.flows)
 	// A delta lists every flow changed since base with its entry now, so
 	// it brings any state between base and its revision to its revision:
 	// a snapshot taken between two deltas (its revision ahead of the next
 	// delta's base) goes on with deltas instead of taking snapshot after
 	// snapshot while reports keep coming. A delta that runs too far ahead
 	// is checked with a snapshot first.
-	if err != nil || msg.Header.Get(protocol.HeaderResync) == "1" ||
-		v.Epoch != w.cur.Epoch || base > w.cur.Revision || v.Revision-w.cur.Revision > maxRevisionJump {
-		w.want = v
-		return false
-	}
-	bodyBase, flows, err := codec.DecodeDelta(msg.Data, w.flows)
-	if err != nil || bodyBase != base {
+	if err != nil || v.Epoch != w.cur.Epoch || base > w.cur.Revision || v.Revision-w.cur.Revision > maxRevisionJump {
 		w.want = v
 		return false
 	}
@@ -331,31 +219,6 @@ func (w *deltaWatch) yieldCurrent() bool {
 	w.dirty = false
 	w.cur.Changed = w.changed
 	return w.yield(w.cur, nil)
-}
-
-// mergeChanged returns the union of acc and flows, both sorted by ID,
-// with the entries of flows winning.
-func mergeChanged(acc, flows []flowstate.Flow) []flowstate.Flow {
-	if len(acc) == 0 {
-		return append(acc, flows...)
-	}
-	out := make([]flowstate.Flow, 0, len(acc)+len(flows))
-	i, j := 0, 0
-	for i < len(acc) || j < len(flows) {
-		switch {
-		case j == len(flows) || (i < len(acc) && acc[i].ID < flows[j].ID):
-			out = append(out, acc[i])
-			i++
-		case i == len(acc) || flows[j].ID < acc[i].ID:
-			out = append(out, flows[j])
-			j++
-		default:
-			out = append(out, flows[j])
-			i++
-			j++
-		}
-	}
-	return out
 }
 
 // resync takes a snapshot and yields it if it is news; it reports whether
@@ -469,27 +332,26 @@ func applyFlows(v flowstate.FlowStateValue, flows []flowstate.Flow) (grew int) {
 	return grew
 }
 
-// changedFlows returns the flows of cur whose entry differs from old, and a
-// flow with Has == 0 for each flow of old that cur lacks, sorted by ID.
-func changedFlows(old, cur flowstate.FlowStateValue) []flowstate.Flow {
-	a, b := old.Flows(), cur.Flows()
-	var out []flowstate.Flow
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || (i < len(a) && a[i].ID < b[j].ID):
-			out = append(out, flowstate.Flow{ID: a[i].ID})
-			i++
-		case i == len(a) || b[j].ID < a[i].ID:
-			out = append(out, b[j])
-			j++
-		default:
-			if a[i] != b[j] {
-				out = append(out, b[j])
-			}
-			i++
-			j++
-		}
+// readDelta reads a delta update's Flow-State-Base-Revision and body: its
+// base and flows (appended to dst[:0]), or an error when the delta is a
+// resync (Flow-State-Resync: 1), its base header is not a decimal uint64 (no sign, no leading zero),
+// its body is invalid or names another base. A delta it refuses is not
+// applied: the watch takes a snapshot instead.
+func readDelta(msg *nats.Msg, dst []flowstate.Flow) (uint64, []flowstate.Flow, error) {
+	if msg.Header.Get(protocol.HeaderResync) == "1" {
+		return 0, nil, errors.New("a resync delta")
 	}
-	return out
+	h := msg.Header.Get(protocol.HeaderBaseRevision)
+	base, err := strconv.ParseUint(h, 10, 64)
+	if err != nil || !canonicalUint(h) {
+		return 0, nil, fmt.Errorf("%s %q is not a decimal uint64", protocol.HeaderBaseRevision, h)
+	}
+	bodyBase, flows, err := codec.DecodeDelta(msg.Data, dst)
+	if err != nil {
+		return 0, nil, err
+	}
+	if bodyBase != base {
+		return 0, nil, fmt.Errorf("the body's base %d is not %s %d", bodyBase, protocol.HeaderBaseRevision, base)
+	}
+	return base, flows, nil
 }

@@ -61,5 +61,5 @@ func TestJavaScriptClientReadsHostileVectors(t *testing.T) {
 	dir, err := filepath.Abs(vectorsDir)
 	require.NoError(t, err)
 	run := startJS(t, ctx, node, "hostile.mjs", dir)
-	require.Equal(t, 4, run.passed(t), "checks run")
+	require.Equal(t, 6, run.passed(t), "checks run")
 }

@@ -53,23 +53,3 @@ func NewEpoch() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return hex.EncodeToString(b[:])
 }
-
-// MaxEpochLen is the longest epoch a store may hold (PROTOCOL.md,
-// Flow-State-Epoch).
-const MaxEpochLen = 64
-
-// ValidEpoch reports whether e may name a state's lineage: 1 to
-// MaxEpochLen printable ASCII characters ('!' to '~'). An epoch read from a
-// store that is not is no epoch: it is replaced as a missing one is, and
-// never served, logged or printed.
-func ValidEpoch[S ~string | ~[]byte](e S) bool {
-	if len(e) == 0 || len(e) > MaxEpochLen {
-		return false
-	}
-	for i := 0; i < len(e); i++ {
-		if e[i] < '!' || e[i] > '~' {
-			return false
-		}
-	}
-	return true
-}

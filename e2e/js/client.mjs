@@ -29,12 +29,14 @@ export function header(msg, name) {
 }
 
 /**
- * parseVersion reads Flow-State-Epoch and Flow-State-Revision: a non-empty
- * epoch and a canonical decimal uint64 revision (a BigInt).
+ * parseVersion reads Flow-State-Epoch and Flow-State-Revision: an epoch of 1
+ * to 64 printable ASCII characters and a canonical decimal uint64 revision
+ * (a BigInt).
  */
 export function parseVersion(msg) {
   const epoch = header(msg, H_EPOCH);
   assert.ok(epoch !== "", `${H_EPOCH} header missing; headers: ${showHeaders(msg)}`);
+  assert.match(epoch, /^[!-~]{1,64}$/, `${H_EPOCH} ${JSON.stringify(epoch.slice(0, 80))} is not 1 to 64 printable ASCII characters`);
   const rev = header(msg, H_REVISION);
   assert.match(rev, /^(0|[1-9][0-9]*)$/, `${H_REVISION} header ${JSON.stringify(rev)} is not canonical decimal; headers: ${showHeaders(msg)}`);
   assert.ok(BigInt(rev) <= UINT64_MAX, `${H_REVISION} ${rev} exceeds uint64`);

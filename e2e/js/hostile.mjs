@@ -1,8 +1,12 @@
 #!/usr/bin/env node
 // hostile.mjs: checks this client against testdata/vectors/hostile.json, the
 // replies a peer that is not the worker could send (chunk headers, error
-// codes, error reasons), which the Go client and the Rust crate read the
-// same way. It needs no server.
+// codes, error reasons, version headers, get bodies), which the Go client
+// and the Rust crate read the same way. This client's aggregate decoder
+// checks the worker's canonical form, so it must refuse every body the
+// vectors refuse and read the canonical ones as they say; it has no reader of
+// a delta's headers, so the deltas are the other clients'. It needs no
+// server.
 //
 //   node hostile.mjs VECTORS_DIR
 //
@@ -13,7 +17,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Checker } from "./checker.mjs";
-import { MAX_CHUNKS, cleanReason, parseChunk, serviceCode } from "./client.mjs";
+import { MAX_CHUNKS, cleanReason, parseChunk, parseVersion, serviceCode } from "./client.mjs";
+import { decodeAggregate, state } from "./wire.mjs";
 
 if (process.argv.length !== 3) {
   console.error("usage: node hostile.mjs VECTORS_DIR");
@@ -40,5 +45,32 @@ await checker.check("error reasons", () => {
     assert.equal(cleanReason(reason), c.want, JSON.stringify(reason.slice(0, 40)));
   }
   return `${v.reasons.length} cases`;
+});
+await checker.check("version headers", () => {
+  for (const c of v.headers) {
+    const msg = { headers: new Map(Object.entries(c.headers)) };
+    if (c.refused !== undefined) {
+      assert.throws(() => parseVersion(msg), assert.AssertionError, c.name);
+      continue;
+    }
+    assert.deepEqual(parseVersion(msg), { epoch: c.epoch, revision: BigInt(c.revision) }, c.name);
+  }
+  return `${v.headers.length} cases`;
+});
+await checker.check("bodies: refused ones refused, canonical ones read", () => {
+  const fields = ["state_size", "last_exec_time", "start_time"];
+  let n = 0;
+  for (const c of v.bodies) {
+    const body = Uint8Array.from(Buffer.from(c.msgpack, "hex"));
+    if (c.refused !== undefined) {
+      assert.throws(() => decodeAggregate(body), undefined, c.name);
+      n++;
+    } else if (c.canonical) {
+      const want = state(...fields.map((f) => new Map(c.flows.filter((x) => x[f] !== undefined).map((x) => [x.id, BigInt(x[f])]))));
+      assert.deepEqual(decodeAggregate(body), want, c.name);
+      n++;
+    }
+  }
+  return `${n} of ${v.bodies.length} cases`;
 });
 await checker.finish();

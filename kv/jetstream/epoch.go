@@ -10,6 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // Epoch implements Store: it reads the epoch key, and creates it with a new
@@ -23,7 +24,7 @@ func (s *Store) Epoch(ctx context.Context) (string, error) {
 func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 	for range 5 {
 		e, err := s.Get(ctx, s.cfg.EpochKey)
-		if err == nil && kv.ValidEpoch(e.Value) {
+		if err == nil && protocol.ValidEpoch(e.Value) {
 			s.setEpoch(string(e.Value), e.Revision)
 			return epochAt{name: string(e.Value), seq: e.Revision}, nil
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/flowstate-io/flowstate/kv"
 	"github.com/flowstate-io/flowstate/kv/jetstream"
 	"github.com/flowstate-io/flowstate/kv/kvtest"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // wait bounds every wait of these tests.
@@ -297,22 +298,13 @@ func TestJetStreamReplacesAnEpochThatIsNoEpoch(t *testing.T) {
 		require.NoError(t, nc.Flush())
 		events := r.Await(t, "a new epoch", func(ev []kv.Event) bool { return kvtest.Count(ev, kv.OpReset) == i+2 })
 		reset, _ := kvtest.LastOf(events, kv.OpReset)
-		assert.True(t, kv.ValidEpoch(reset.Revision.Epoch), "case %d: the watch serves epoch %q", i, reset.Revision.Epoch)
+		assert.True(t, protocol.ValidEpoch(reset.Revision.Epoch), "case %d: the watch serves epoch %q", i, reset.Revision.Epoch)
 		assert.NotEqual(t, first, reset.Revision.Epoch)
 		e, err := st.Epoch(ctx)
 		require.NoError(t, err)
-		assert.True(t, kv.ValidEpoch(e), "case %d: epoch %q", i, e)
+		assert.True(t, protocol.ValidEpoch(e), "case %d: epoch %q", i, e)
 		stored, err := st.Get(ctx, jetstream.DefaultEpochKey)
 		require.NoError(t, err)
 		assert.Equal(t, e, string(stored.Value), "case %d: the key holds the new epoch", i)
-	}
-}
-
-func TestValidEpoch(t *testing.T) {
-	for e, want := range map[string]bool{
-		kv.NewEpoch(): true, "!": true, strings.Repeat("~", 64): true,
-		"": false, strings.Repeat("a", 65): false, "a b": false, "a\x1b": false, "caf\xc3\xa9": false, "a\x7f": false,
-	} {
-		assert.Equal(t, want, kv.ValidEpoch(e), "%q", e)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowstate-io/flowstate/internal/clock"
 	"github.com/flowstate-io/flowstate/kv"
+	"github.com/flowstate-io/flowstate/protocol"
 )
 
 // errStartOver ends one pass of a watch that must start over.
@@ -254,7 +255,7 @@ func (s *Store) epochChanged(ctx context.Context, epoch string) bool {
 		return errors.Is(err, natsjs.ErrStreamNotFound) || errors.Is(err, natsjs.ErrBucketNotFound)
 	case string(e.Value) != epoch:
 		attrs := []any{slog.String("bucket", s.cfg.Bucket), slog.String("epoch", epoch)}
-		if kv.ValidEpoch(e.Value) {
+		if protocol.ValidEpoch(e.Value) {
 			attrs = append(attrs, slog.String("new_epoch", string(e.Value)))
 		} else {
 			attrs = append(attrs, slog.Int("new_epoch_bytes", len(e.Value))) // no epoch: never logged

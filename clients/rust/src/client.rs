@@ -508,15 +508,26 @@ pub(crate) fn check_service_error(subject: &str, msg: &Message) -> Result<(), Er
         // A code that is not three digits, 100 to 999, is 500: anything else.
         Some(code) => Err(Error::service(
             subject,
-            crate::get::canonical_uint(code.trim())
+            crate::get::canonical_uint::<u16>(code.trim())
                 .filter(|c| (100..=999).contains(c))
-                .map_or(500, |c| c as u16),
+                .unwrap_or(500),
             header(h, H_ERROR).unwrap_or(""),
         )),
     }
 }
 
-/// Reads the Flow-State-Epoch and Flow-State-Revision headers.
+/// The longest epoch PROTOCOL.md allows.
+const MAX_EPOCH_LEN: usize = 64;
+
+/// Whether e may name a state's lineage: 1 to 64 printable ASCII
+/// characters (`!` to `~`).
+fn valid_epoch(e: &str) -> bool {
+    (1..=MAX_EPOCH_LEN).contains(&e.len()) && e.bytes().all(|b| (b'!'..=b'~').contains(&b))
+}
+
+/// Reads the Flow-State-Epoch (1 to 64 printable ASCII characters) and
+/// Flow-State-Revision (a decimal uint64 without sign or leading zero)
+/// headers; anything else is a malformed reply.
 pub(crate) fn parse_version(h: Option<&HeaderMap>) -> Result<Version, Error> {
     let (Some(epoch), Some(rev)) = (header(h, H_EPOCH), header(h, H_REVISION)) else {
         return Err(Error::new(
@@ -524,7 +535,15 @@ pub(crate) fn parse_version(h: Option<&HeaderMap>) -> Result<Version, Error> {
             format!("missing {H_EPOCH} or {H_REVISION} header"),
         ));
     };
-    let revision = rev.trim().parse().map_err(|_| {
+    if !valid_epoch(epoch) {
+        return Err(Error::new(
+            ErrorKind::BadReply,
+            format!(
+                "{H_EPOCH} {epoch:.80?} is not 1 to {MAX_EPOCH_LEN} printable ASCII characters"
+            ),
+        ));
+    }
+    let revision = crate::get::canonical_uint(rev.trim()).ok_or_else(|| {
         Error::new(
             ErrorKind::BadReply,
             format!("{H_REVISION} {rev:?} is not a decimal uint64"),

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::client::{Client, H_BASE, H_RESYNC, WatchMode, header, parse_version};
 use crate::error::{Error, ErrorKind};
-use crate::get::{Snapshot, decode_state};
+use crate::get::{Snapshot, canonical_uint, decode_state};
 use crate::report::Delta;
 use crate::value::{FlowId, FlowStateValue, Version};
 use crate::watch::{Pending, PendingState};
@@ -78,6 +78,19 @@ fn delta_rule(cur: &Version, confirmed: u64, v: &Version, base: Option<u64>, res
         }
         _ => Rule::Resync,
     }
+}
+
+/// Reads a delta update's Flow-State-Base-Revision and body: None when it
+/// is a resync (Flow-State-Resync: 1), its base header is not a decimal
+/// uint64 without sign or leading zero, or its body is invalid or names
+/// another base. A delta it refuses is not applied: the watch takes a
+/// snapshot instead.
+pub(crate) fn read_delta(h: Option<&async_nats::HeaderMap>, payload: &[u8]) -> Option<Delta> {
+    if header(h, H_RESYNC) == Some("1") {
+        return None;
+    }
+    let base = header(h, H_BASE).and_then(canonical_uint::<u64>)?;
+    Delta::from_msgpack(payload).ok().filter(|d| d.base == base)
 }
 
 /// The updates waiting for the follower, bounded in bytes: a task of its
@@ -327,7 +340,7 @@ impl Follower {
             return true; // not the worker's
         };
         let cur = self.cur.as_ref().expect("a snapshot comes first");
-        let base = header(h, H_BASE).and_then(|b| b.trim().parse::<u64>().ok());
+        let base = header(h, H_BASE).and_then(canonical_uint);
         let rule = delta_rule(
             cur,
             self.confirmed,
@@ -344,8 +357,8 @@ impl Follower {
             Rule::Resync => return false,
             Rule::Apply(base) => base,
         };
-        let d = match Delta::from_msgpack(&msg.payload) {
-            Ok(d) if d.base == base => d,
+        let d = match read_delta(h, &msg.payload) {
+            Some(d) if d.base == base => d,
             _ => return false,
         };
         for f in &d.flows {

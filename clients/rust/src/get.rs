@@ -390,7 +390,7 @@ fn decode_body<T: Chunked>(msg: &Message) -> Result<(Version, T), Error> {
             .with_source(e)
         })?
     } else {
-        decode_msgpack::<T>(&msg.payload, T::WHAT)?
+        T::decode_msgpack_body(&msg.payload)?
     };
     value.check()?;
     Ok((version, value))
@@ -409,6 +409,10 @@ pub(crate) trait Chunked: DeserializeOwned + Default {
     /// Refuses a value that breaks PROTOCOL.md past what its form says.
     fn check(&self) -> Result<(), Error> {
         Ok(())
+    }
+    /// Decodes the value's msgpack form.
+    fn decode_msgpack_body(data: &[u8]) -> Result<Self, Error> {
+        decode_msgpack::<Self>(data, Self::WHAT)
     }
 }
 
@@ -432,6 +436,9 @@ fn ends<V>(m: &BTreeMap<FlowId, V>) -> (Option<FlowId>, Option<FlowId>) {
 
 impl Chunked for FlowStateValue {
     const WHAT: &'static str = "aggregate";
+    fn decode_msgpack_body(data: &[u8]) -> Result<Self, Error> {
+        FlowStateValue::from_msgpack(data)
+    }
 
     fn id_range(&self) -> Option<(FlowId, FlowId)> {
         id_range(&[
@@ -611,7 +618,7 @@ fn parse_chunk(h: &str) -> Result<(usize, usize), Error> {
 }
 
 /// Parses s if it is decimal digits without a leading zero (or "0").
-pub(crate) fn canonical_uint(s: &str) -> Option<usize> {
+pub(crate) fn canonical_uint<T: std::str::FromStr>(s: &str) -> Option<T> {
     let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if !digits || (s.len() > 1 && s.starts_with('0')) {
         return None;
@@ -667,6 +674,125 @@ mod tests {
             let reason = reason.repeat(c["repeat"].as_u64().unwrap_or(1) as usize);
             let e = Error::service("s", 500, &reason);
             assert_eq!(e.reason(), c["want"].as_str().unwrap(), "{:.40}", reason);
+        }
+    }
+
+    /// The cases of one section of hostile.json.
+    fn hostile_cases(section: &str) -> Vec<serde_json::Value> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/vectors/hostile.json"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cases = v[section].as_array().unwrap().clone();
+        assert!(!cases.is_empty(), "{section}");
+        cases
+    }
+
+    /// A message of a case's headers (and extra ones) and msgpack body.
+    fn hostile_msg(c: &serde_json::Value, extra: &[(&str, &str)]) -> Message {
+        let mut h = HeaderMap::new();
+        for (k, v) in c["headers"].as_object().into_iter().flatten() {
+            h.insert(k.as_str(), v.as_str().unwrap());
+        }
+        for (k, v) in extra {
+            h.insert(*k, *v);
+        }
+        let hex = c["msgpack"].as_str().unwrap_or("");
+        let payload: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        Message {
+            subject: "s".into(),
+            reply: None,
+            payload: payload.into(),
+            headers: Some(h),
+            status: None,
+            description: None,
+            length: 0,
+        }
+    }
+
+    /// A case's flows: values as decimal strings, absent fields left out.
+    fn hostile_flows(c: &serde_json::Value) -> Vec<crate::value::Flow> {
+        let field = |f: &serde_json::Value, k: &str| f[k].as_str().map(|s| s.parse().unwrap());
+        c["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| crate::value::Flow {
+                id: f["id"].as_u64().unwrap() as FlowId,
+                state_size: f["state_size"].as_str().map(|s| s.parse().unwrap()),
+                last_exec_time: field(f, "last_exec_time"),
+                start_time: field(f, "start_time"),
+            })
+            .collect()
+    }
+
+    /// The value of a case the vectors accept; for one they refuse (as
+    /// bad_reply), checks that got is an error of that kind and returns None.
+    fn accepted<T>(c: &serde_json::Value, got: Result<T, Error>) -> Option<T> {
+        let name = c["name"].as_str().unwrap();
+        match c["refused"].as_str() {
+            Some(kind) => {
+                assert_eq!(kind, "bad_reply", "{name}");
+                let e = got.err().unwrap_or_else(|| panic!("{name}: accepted"));
+                assert_eq!(e.kind(), ErrorKind::BadReply, "{name}");
+                None
+            }
+            None => Some(got.unwrap_or_else(|e| panic!("{name}: {e}"))),
+        }
+    }
+
+    #[test]
+    fn hostile_body_vectors() {
+        for c in hostile_cases("bodies") {
+            let name = c["name"].as_str().unwrap();
+            let got = decode_state(&hostile_msg(
+                &c,
+                &[("Flow-State-Epoch", "e1"), ("Flow-State-Revision", "1")],
+            ));
+            if let Some((_, value)) = accepted(&c, got) {
+                assert_eq!(value.flows(), hostile_flows(&c), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_delta_vectors() {
+        for c in hostile_cases("deltas") {
+            let name = c["name"].as_str().unwrap();
+            let msg = hostile_msg(&c, &[]);
+            let got = crate::follow::read_delta(msg.headers.as_ref(), &msg.payload);
+            match c["refused"].as_str() {
+                Some(kind) => {
+                    assert_eq!(kind, "snapshot", "{name}");
+                    assert_eq!(got, None, "{name}");
+                }
+                None => {
+                    let d = got.unwrap_or_else(|| panic!("{name}: refused"));
+                    assert_eq!(d.base.to_string(), c["base"].as_str().unwrap(), "{name}");
+                    assert_eq!(d.flows, hostile_flows(&c), "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_header_vectors() {
+        for c in hostile_cases("headers") {
+            let name = c["name"].as_str().unwrap();
+            let got = parse_version(hostile_msg(&c, &[]).headers.as_ref());
+            if let Some(v) = accepted(&c, got) {
+                assert_eq!(v.epoch, c["epoch"].as_str().unwrap(), "{name}");
+                assert_eq!(
+                    v.revision.to_string(),
+                    c["revision"].as_str().unwrap(),
+                    "{name}"
+                );
+            }
         }
     }
 

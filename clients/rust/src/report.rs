@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::{Error, ErrorKind};
 use crate::health::{FlowError, MAX_FLOW_ERRORS, cut_message};
-use crate::value::{Flow, FlowId, FlowStateValue, decode_msgpack};
+use crate::value::{Flow, FlowId, FlowMap, FlowStateValue, decode_msgpack};
 
 /// A flownode's heartbeat report (PROTOCOL.md, Heartbeat report). It replaces
 /// the node's previous report whole: an empty value removes all of the
@@ -322,13 +322,14 @@ type WireEntry = (Option<usize>, Option<i64>, Option<i64>);
 struct WireDelta {
     base: u64,
     #[serde(default)]
-    flows: Option<BTreeMap<FlowId, WireEntry>>,
+    flows: FlowMap<WireEntry, true>,
 }
 
 impl Delta {
     /// Decodes a delta body: a map of `base` and `flows`, each flow an array
     /// of 3, `[state_size, last_exec_time, start_time]`, `nil` for a field
-    /// the flow lacks. An invalid body returns an error of kind
+    /// the flow lacks; flow ids (integers or canonical decimal strings)
+    /// ascend, each named once. An invalid body returns an error of kind
     /// [`ErrorKind::BadReply`](crate::ErrorKind::BadReply).
     ///
     /// ```
@@ -338,7 +339,7 @@ impl Delta {
         let w: WireDelta = decode_msgpack(data, "delta")?;
         let flows = w
             .flows
-            .unwrap_or_default()
+            .0
             .into_iter()
             .map(|(id, (state_size, last_exec_time, start_time))| Flow {
                 id,
@@ -363,7 +364,7 @@ impl Delta {
     pub fn to_msgpack(&self) -> Vec<u8> {
         let w = WireDelta {
             base: self.base,
-            flows: Some(
+            flows: FlowMap(
                 self.flows
                     .iter()
                     .map(|f| (f.id, (f.state_size, f.last_exec_time, f.start_time)))

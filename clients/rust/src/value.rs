@@ -1,10 +1,10 @@
 //! The value types: [`FlowStateValue`] (GreptimeDB's stored form), [`Flow`]
 //! (one flow's entry across its three maps) and [`Version`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Cursor;
 
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind};
@@ -116,10 +116,12 @@ impl FlowStateValue {
         rmp_serde::to_vec_named(self).expect("maps of integers always serialize")
     }
 
-    /// Decodes an aggregate in msgpack form: a map with the three keys
-    /// (absent ones are empty), integer flow ids, integer values in range.
-    /// A body that is not that, or has bytes after it, returns an error of
-    /// kind [`ErrorKind::BadReply`].
+    /// Decodes an aggregate in msgpack form, by the rules of a report
+    /// (PROTOCOL.md): a map with string keys, the three maps absent or nil
+    /// when empty, flow ids integers or canonical decimal strings (`"7"`) in
+    /// any order, integer values in range, unknown fields skipped. A body
+    /// that is not that, names a field or a flow of a map twice, or has
+    /// bytes after it, returns an error of kind [`ErrorKind::BadReply`].
     ///
     /// ```
     /// use flowstate_client::FlowStateValue;
@@ -127,7 +129,12 @@ impl FlowStateValue {
     /// assert!(FlowStateValue::from_msgpack(&[0xc1]).is_err());
     /// ```
     pub fn from_msgpack(data: &[u8]) -> Result<Self, Error> {
-        decode_msgpack(data, "aggregate")
+        let w: WireValue = decode_msgpack(data, "aggregate")?;
+        Ok(FlowStateValue {
+            state_size: w.state_size.0,
+            last_exec_time_map: w.last_exec_time_map.0,
+            start_time_map: w.start_time_map.0,
+        })
     }
 
     /// Returns the flows, each with its entry across the three maps, sorted by
@@ -337,8 +344,129 @@ impl std::fmt::Display for Version {
     }
 }
 
-/// How deep a msgpack item may nest.
-const MAX_MSGPACK_DEPTH: usize = 32;
+/// A flow map as a msgpack body may write it: nil or a map whose keys are
+/// flow ids, integers or canonical decimal strings, each named once (and,
+/// with ASCENDING, in ascending order).
+#[derive(Debug, Default)]
+pub(crate) struct FlowMap<V, const ASCENDING: bool>(pub(crate) BTreeMap<FlowId, V>);
+
+impl<V: Serialize, const ASCENDING: bool> Serialize for FlowMap<V, ASCENDING> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de, V: Deserialize<'de>, const ASCENDING: bool> Deserialize<'de> for FlowMap<V, ASCENDING> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<V, const A: bool>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>, const A: bool> Visitor<'de> for Visit<V, A> {
+            type Value = FlowMap<V, A>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of flow ids or nil")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FlowMap(BTreeMap::new()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(FlowMap(BTreeMap::new()))
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<Self::Value, M::Error> {
+                let mut map = BTreeMap::new();
+                while let Some(FlowKey(id)) = m.next_key()? {
+                    if A && map.last_key_value().is_some_and(|(&last, _)| last >= id) {
+                        return Err(de::Error::custom(format!(
+                            "flow {id} out of order or named twice"
+                        )));
+                    }
+                    if map.insert(id, m.next_value()?).is_some() {
+                        return Err(de::Error::custom(format!("flow {id} named twice")));
+                    }
+                }
+                Ok(FlowMap(map))
+            }
+        }
+        d.deserialize_any(Visit::<V, ASCENDING>(std::marker::PhantomData))
+    }
+}
+
+/// A flow id key: a msgpack integer or a canonical decimal string, within
+/// uint32.
+struct FlowKey(FlowId);
+
+impl<'de> Deserialize<'de> for FlowKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl Visitor<'_> for Visit {
+            type Value = FlowKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a flow id: a uint32 integer or canonical decimal string")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<FlowKey, E> {
+                FlowId::try_from(v)
+                    .map(FlowKey)
+                    .map_err(|_| E::custom(format!("flow id {v} out of uint32 range")))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<FlowKey, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("negative flow id {v}")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FlowKey, E> {
+                crate::get::canonical_uint(v).map(FlowKey).ok_or_else(|| {
+                    E::custom(format!(
+                        "flow id {v:.20?} is not a uint32 in canonical decimal"
+                    ))
+                })
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// An aggregate's msgpack body: string field names, each once; the three
+/// maps absent or nil when empty; unknown fields skipped.
+#[derive(Default)]
+struct WireValue {
+    state_size: FlowMap<usize, false>,
+    last_exec_time_map: FlowMap<i64, false>,
+    start_time_map: FlowMap<i64, false>,
+}
+
+impl<'de> Deserialize<'de> for WireValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = WireValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an aggregate: a map with string field names")
+            }
+            fn visit_map<M: MapAccess<'de>>(self, mut m: M) -> Result<WireValue, M::Error> {
+                let mut w = WireValue::default();
+                let mut seen = HashSet::new();
+                while let Some(name) = m.next_key::<String>()? {
+                    match name.as_str() {
+                        "state_size" => w.state_size = m.next_value()?,
+                        "last_exec_time_map" => w.last_exec_time_map = m.next_value()?,
+                        "start_time_map" => w.start_time_map = m.next_value()?,
+                        _ => {
+                            m.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                    if !seen.insert(name) {
+                        return Err(de::Error::custom("a field named twice"));
+                    }
+                }
+                Ok(w)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// How deep a msgpack item may nest, in rmp-serde's count (which counts the
+/// innermost value too): a container may nest 32 deep, counting the body's
+/// own map as level 1, as PROTOCOL.md allows a report's unknown fields.
+const MAX_MSGPACK_DEPTH: usize = 33;
 
 /// Decodes one msgpack item of type T that takes all of data.
 pub(crate) fn decode_msgpack<T: DeserializeOwned>(data: &[u8], what: &str) -> Result<T, Error> {

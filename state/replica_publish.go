@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,15 +140,25 @@ func (r *Replica) stillHeld(ctx context.Context, fence uint64) bool {
 	return err == nil && e.Revision == fence
 }
 
+// evictInFlight bounds the deletions EvictSilent has in flight at once:
+// thousands of silent nodes cost a few round trips to the store, not one
+// each in series, without a burst the store must queue.
+const evictInFlight = 64
+
 // EvictSilent deletes the key of every node whose last report this
 // worker applied before cutoff, by its own clock (ReplicaOptions.Clock),
 // as Manager.EvictSilent removes it, and waits until the
 // watch has applied the deletions. Only the publisher evicts, for every
 // worker: on the others it does nothing. Each deletion is conditional on
-// the node's last write, so a report that came in meanwhile stays.
+// the node's last write, so a report that came in meanwhile stays; up to
+// evictInFlight are in flight at once.
 func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, MergeResult, error) {
 	publisher := r.Publisher()
-	type silent struct{ id, rev uint64 }
+	type silent struct {
+		id, rev uint64
+		del     kv.Revision // the deletion's, once done
+		err     error
+	}
 	var nodes []silent
 	r.mu.Lock()
 	err := r.checkLocked()
@@ -155,7 +166,7 @@ func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 	if err == nil && publisher {
 		for id, n := range r.watch.nodes {
 			if n.heard.Before(cutoff) {
-				nodes = append(nodes, silent{id, n.revision})
+				nodes = append(nodes, silent{id: id, rev: n.revision})
 			}
 		}
 	}
@@ -164,22 +175,36 @@ func (r *Replica) EvictSilent(ctx context.Context, cutoff time.Time) ([]uint64, 
 	if err != nil {
 		return nil, res, err
 	}
+	slots := make(chan struct{}, evictInFlight)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		n := &nodes[i]
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			key := flowstate.NodeKey(n.id)
+			n.del, n.err = r.store.DeleteIf(ctx, key, kv.Condition{Key: key, Revision: n.rev})
+		})
+	}
+	wg.Wait()
 	var evicted []uint64
 	var last uint64
+	var failed error
 	for _, n := range nodes {
-		key := flowstate.NodeKey(n.id)
-		del, err := r.store.DeleteIf(ctx, key, kv.Condition{Key: key, Revision: n.rev})
-		if errors.Is(err, kv.ErrRevisionMismatch) {
-			continue // it reported again
+		switch {
+		case errors.Is(n.err, kv.ErrRevisionMismatch):
+			// it reported again
+		case n.err != nil:
+			if failed == nil {
+				failed = fmt.Errorf("state: evict node %d: %w", n.id, n.err)
+			}
+		default:
+			evicted = append(evicted, n.id)
+			last = max(last, n.del.Seq)
 		}
-		if err != nil {
-			return evicted, res, fmt.Errorf("state: evict node %d: %w", n.id, err)
-		}
-		evicted = append(evicted, n.id)
-		last = del.Seq
 	}
-	if last == 0 {
-		return evicted, res, nil
+	if failed != nil || last == 0 {
+		return evicted, res, failed
 	}
 	done, err := r.awaitApplied(ctx, v.Epoch, last, v.Revision)
 	if err != nil {

@@ -40,7 +40,8 @@ func fakeWorker(t *testing.T, url string, reply func(m *nats.Msg) *nats.Msg) {
 }
 
 // The epoch and the reason a worker answers with are outside text: send
-// prints them escaped.
+// refuses an epoch that is not the contract's (1 to 64 printable ASCII
+// characters), and prints it and a reason escaped.
 func TestSendEscapesTheEpochAndTheReasonItPrints(t *testing.T) {
 	srv := startTestServer(t)
 	fakeWorker(t, srv.ClientURL(), func(m *nats.Msg) *nats.Msg {
@@ -55,10 +56,11 @@ func TestSendEscapesTheEpochAndTheReasonItPrints(t *testing.T) {
 		return r
 	})
 	code, stdout, stderr := runCLI(t, noEnv, "send", "--nats-url", srv.ClientURL(), "--node", "1")
-	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "applied at revision 5, epoch ")
-	assert.Contains(t, stdout, `\x1b[2J`, "the escape shown as text")
-	assertInert(t, stdout, "send's epoch")
+	require.Equal(t, 1, code, stderr)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "malformed reply")
+	assert.Contains(t, stderr, `\x1b[2J`, "the escape shown as text")
+	assertInert(t, stderr, "send's epoch")
 	code, stdout, stderr = runCLI(t, noEnv, "send", "--nats-url", srv.ClientURL(), "--node", "2")
 	require.Equal(t, 1, code)
 	assert.Empty(t, stdout)

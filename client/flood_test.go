@@ -90,15 +90,17 @@ func TestFloodFigures(t *testing.T) {
 	require.NoError(t, err)
 	_, err = raw.Write([]byte("CONNECT {\"verbose\":false,\"headers\":true}\r\n"))
 	require.NoError(t, err)
-	body := make([]byte, 1_000_000)
+	// The body and its CRLF, made once: the sender allocates nothing per
+	// update, so that the RSS is the client's.
+	frame := append(make([]byte, 1_000_000, 1_000_002), '\r', '\n')
 	start := time.Now()
 	sent := 0
 	for time.Since(start) < time.Duration(secs)*time.Second {
 		sent++
 		hdr := fmt.Sprintf("NATS/1.0\r\nFlow-State-Epoch: forged\r\nFlow-State-Revision: %d\r\nFlow-State-Base-Revision: 0\r\n\r\n", sent)
-		_, err = fmt.Fprintf(raw, "HPUB flow.state.delta %d %d\r\n%s", len(hdr), len(hdr)+len(body), hdr)
+		_, err = fmt.Fprintf(raw, "HPUB flow.state.delta %d %d\r\n%s", len(hdr), len(hdr)+len(frame)-2, hdr)
 		require.NoError(t, err)
-		_, err = raw.Write(append(body, '\r', '\n')[:len(body)+2])
+		_, err = raw.Write(frame)
 		require.NoError(t, err)
 	}
 	_, err = raw.Write([]byte("PING\r\n"))

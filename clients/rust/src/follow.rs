@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use async_nats::{Message, Subscriber};
 use futures_util::StreamExt;
-use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinHandle;
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::client::{Client, H_BASE, H_RESYNC, WatchMode, header, parse_version};
@@ -191,20 +190,42 @@ enum Next {
     Empty,
 }
 
-/// Aborts the queue's filling task when the follower ends.
-struct Filler(JoinHandle<()>);
+/// Stops the queue's filling thread when the follower ends.
+struct Filler(Option<oneshot::Sender<()>>);
 
 impl Drop for Filler {
     fn drop(&mut self) {
-        self.0.abort();
+        if let Some(stop) = self.0.take() {
+            let _ = stop.send(());
+        }
     }
 }
 
-/// Starts moving sub's messages into a new queue of the client's bound.
-fn queue(client: &Client, sub: Subscriber) -> (Arc<Queue>, Filler) {
+/// Starts moving sub's messages into a new queue of the client's bound, on
+/// a thread of its own. async-nats holds a subscription's messages in a
+/// channel bounded by count (`ConnectOptions::subscription_capacity`,
+/// 65,536 by default), whatever their size: a filling task on the
+/// runtime's workers waits its turn while the connection's task hands over
+/// a burst of them, and under a flood of 1 MB messages that channel held
+/// tens of megabytes. A thread the system schedules empties it as they
+/// come, into the queue, which counts bytes.
+fn queue(client: &Client, sub: Subscriber) -> Result<(Arc<Queue>, Filler), Error> {
     let q = Queue::new(client.inner.max_pending_bytes);
-    let filler = Filler(tokio::spawn(Arc::clone(&q).fill(sub)));
-    (q, filler)
+    let (stop, stopped) = oneshot::channel();
+    let runtime = tokio::runtime::Handle::current();
+    let filling = Arc::clone(&q);
+    std::thread::Builder::new()
+        .name("flowstate-watch".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                tokio::select! {
+                    _ = stopped => {},
+                    _ = filling.fill(sub) => {},
+                }
+            })
+        })
+        .map_err(|e| Error::new(ErrorKind::Nats, "start the watch's thread").with_source(e))?;
+    Ok((q, Filler(Some(stop))))
 }
 
 /// Subscribes the watch's client to subject.
@@ -265,7 +286,10 @@ impl Follower {
     }
 
     pub(crate) async fn run(mut self, sub: Subscriber, mode: WatchMode) {
-        let (q, _filler) = queue(&self.client, sub);
+        let (q, _filler) = match queue(&self.client, sub) {
+            Ok(q) => q,
+            Err(e) => return self.push_error(e),
+        };
         let snap = self.snapshot(&q).await;
         if mode == WatchMode::V1 {
             self.emit_snapshot(snap);
@@ -278,7 +302,10 @@ impl Follower {
                 Ok(s) => s,
                 Err(e) => return self.push_error(e),
             };
-            let (q, _filler) = queue(&self.client, sub);
+            let (q, _filler) = match queue(&self.client, sub) {
+                Ok(q) => q,
+                Err(e) => return self.push_error(e),
+            };
             let snap = self.snapshot(&q).await;
             self.emit_snapshot(snap);
             return self.follow_full(&q).await;

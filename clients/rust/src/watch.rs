@@ -204,7 +204,11 @@ impl Client {
     /// Follows the live aggregate: subscribes to the updates, then takes a
     /// snapshot in a background task, and returns the [`Watch`] stream of
     /// states (see there for its guarantees). It must be called within a
-    /// Tokio runtime. It fails only when it cannot subscribe.
+    /// Tokio runtime. It fails only when it cannot subscribe. The updates
+    /// are moved out of async-nats as they come by a thread of the watch's
+    /// own (`flowstate-watch`), into a queue bounded in bytes
+    /// (`max_pending_bytes`): async-nats's channel counts messages, not
+    /// bytes, and a task would wait its turn while a burst piles up there.
     ///
     /// ```no_run
     /// # async fn f(client: flowstate_client::Client) -> Result<(), flowstate_client::Error> {

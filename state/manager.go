@@ -119,39 +119,28 @@ func NewManager(opts Options) *Manager {
 // does not retain the report's flows and does not allocate in steady state.
 func (m *Manager) Merge(_ context.Context, rep Report) (MergeResult, error) {
 	nodeID, flows := rep.Node, rep.Flows
-	if err := checkSorted(flows); err != nil {
-		return MergeResult{}, err
-	}
-	if err := checkSortedHealth(rep.Health); err != nil {
-		return MergeResult{}, err
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// One lookup of the node per report: its aggregate entry holds the
 	// Manager's meta.
 	n := m.agg.nodes[nodeID]
-	var held *lineage
-	if n != nil && n.meta != nil {
-		held = &n.meta.lineage
-	}
-	if err := held.stale(nodeID, &rep); err != nil {
-		return MergeResult{}, err
-	}
-	health := keepHealthOf(&rep)
-	if err := m.agg.checkNode(n, flows, healthFlows(health), m.opts.Limits); err != nil {
-		return MergeResult{}, err
-	}
 	var meta *nodeMeta
+	var held *lineage
+	var oldErrors errorLoad
 	if n != nil {
 		meta = n.meta
+	}
+	if meta != nil {
+		held, oldErrors = &meta.lineage, meta.errors
+	}
+	health, err := m.agg.admit(&rep, held, n, m.errors, oldErrors, m.opts.Limits)
+	if err != nil {
+		return MergeResult{}, err
 	}
 	if meta == nil {
 		meta = &nodeMeta{}
 	}
-	oldErrors, newErrors := meta.errors, loadOf(health)
-	if err := checkErrors(m.errors, oldErrors, newErrors, m.opts.Limits); err != nil {
-		return MergeResult{}, err
-	}
+	newErrors := loadOf(health)
 	kept := meta.spare().keep(health)
 	m.errors = m.errors.plus(newErrors).minus(oldErrors)
 	next := held.after(&rep)

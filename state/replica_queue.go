@@ -152,15 +152,8 @@ func (q *queue) keepLocked(e *write, flows []flowstate.Flow, health []flowstate.
 // this worker knows it (heldLocked), and the state stays within its
 // limits.
 func (r *Replica) admitLocked(rep *Report) error {
-	nodeID, flows := rep.Node, rep.Flows
-	if err := checkSorted(flows); err != nil {
-		return err
-	}
-	if err := checkSortedHealth(rep.Health); err != nil {
-		return err
-	}
 	if limit := r.opts.MaxReportFlows; limit > 0 {
-		if n := countNamed(flows, healthFlows(keepHealthOf(rep))); n > limit {
+		if n := countNamed(rep.Flows, healthFlows(keepHealthOf(rep))); n > limit {
 			return fmt.Errorf("%w: %d flows, past --max-flows %d", ErrTooManyFlows, n, limit)
 		}
 	}
@@ -170,21 +163,15 @@ func (r *Replica) admitLocked(rep *Report) error {
 	if b := r.writes.behind; b > r.watch.delivered {
 		return fmt.Errorf("state: the store's watch has not reached revision %d yet: %w", b, kv.ErrUnavailable)
 	}
-	if err := r.heldLocked(nodeID).stale(nodeID, rep); err != nil {
+	// The errors, flows and new nodes in flight count as held until their
+	// writes are answered: a window of reports, each within the limits by
+	// what the watch applied, cannot pass them together.
+	id, w := rep.Node, &r.watch
+	held := w.errors.plus(r.writes.errorsInFlight)
+	if _, err := w.agg.admit(rep, r.heldLocked(id), w.agg.nodes[id], held, loadOf(w.nodes[id].health), r.writes.limitsLocked(r.opts.Limits)); err != nil {
 		return err
 	}
-	health := keepHealthOf(rep)
-	// The errors in flight count as held until their writes are answered,
-	// as flows and nodes do: a window of reports, each within the limits
-	// by what the watch applied, cannot pass them together.
-	held := r.watch.errors.plus(r.writes.errorsInFlight)
-	if err := checkErrors(held, loadOf(r.watch.nodes[nodeID].health), loadOf(health), r.opts.Limits); err != nil {
-		return err
-	}
-	if err := r.watch.agg.checkNode(r.watch.agg.nodes[nodeID], flows, healthFlows(health), r.writes.limitsLocked(r.opts.Limits)); err != nil {
-		return err
-	}
-	return r.writes.checkNewNodeLocked(nodeID, r.opts.Limits.MaxNodes, r.watch.agg)
+	return r.writes.checkNewNodeLocked(id, r.opts.Limits.MaxNodes, w.agg)
 }
 
 // limitsLocked returns lim less what the writes in flight may add: every

@@ -32,6 +32,9 @@ type backend struct {
 	storage  jetstream.StorageType
 	// config is the servers' configuration file, if any (a cluster's).
 	config string
+	// relay: the same load is also sent to a relay of JetStream's own
+	// (jsrelay.go) on the same servers before the workers start.
+	relay bool
 }
 
 // ackedInFlight is the window of the acked scenarios.
@@ -42,7 +45,7 @@ var ackedScenarios = []scenario{
 	{name: "acked", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{workers: 1}},
 	{name: "js-r1", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 1, workers: 1,
 		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "memory", "--kv-replicas", "1"},
-		replicas:   1, storage: jetstream.MemoryStorage}},
+		replicas:   1, storage: jetstream.MemoryStorage, relay: true}},
 	{name: "js-r3", kind: kindAcked, nodes: 1000, flows: 10, backend: &backend{servers: 3, workers: 3,
 		workerArgs: []string{"--kv", "jetstream", "--kv-storage", "file", "--kv-replicas", "3"},
 		replicas:   3, storage: jetstream.FileStorage}},
@@ -62,6 +65,10 @@ type ackedResult struct {
 	// ceiling is JetStream's own rate for the same job on the same
 	// servers, measured just before; nil without servers of its own.
 	ceiling *jsCeiling
+	// relay is the same load sent to the relay (jsrelay.go) on the same
+	// servers, just before: pipelined, then serial; nil unless the backend
+	// has one.
+	relay [2]*loadgen.Result
 }
 
 // cpuPerAck returns the workers' CPU µs per acknowledged report.
@@ -88,6 +95,18 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 		r.ceiling = &c
 		if err := lt.waitQuiet(ctx); err != nil {
 			return r, err
+		}
+	}
+	if b.relay {
+		for _, serial := range []bool{false, true} {
+			res, err := measureRelay(ctx, urls[0], sc, b.replicas, b.storage, lt.cfg.duration, serial)
+			if err != nil {
+				return r, err
+			}
+			r.relay[btoi(serial)] = &res
+			if err := lt.waitQuiet(ctx); err != nil {
+				return r, err
+			}
 		}
 	}
 	var pids []int
@@ -250,7 +269,48 @@ func ceilingTargets(find func(string) []runResult) []target {
 			ratio.med, ratio.min, ratio.max, count(js.med), count(ceil.med), count(ceil.min), count(ceil.max), cpu.med, cpu.min, cpu.max)
 		out = append(out, t)
 	}
+	return append(out, relayTargets(find)...)
+}
+
+// relayTargets compare the JetStream R1 backend's acked rate with the
+// relay's for the same load, run by run, pipelined and serial: what the
+// worker costs, or saves, over the simplest clients of the engine that ack
+// as it does.
+func relayTargets(find func(string) []runResult) []target {
+	var runs []runResult // those with a relay
+	for _, r := range find("js-r1") {
+		if r.acked != nil && r.acked.relay[0] != nil {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	var out []target
+	for i, kind := range []string{"pipelined", "serial"} {
+		rate := ackedMetric(func(r ackedResult) float64 { return r.relay[i].Rate() })
+		ratio := ackedMetric(func(r ackedResult) float64 { return r.res.Rate() / r.relay[i].Rate() })
+		failed := ackedMetric(func(r ackedResult) float64 { return float64(r.relay[i].Failed) })
+		t := target{name: fmt.Sprintf("JetStream R1 memory: acked rate >= %.1fx a %s relay of JetStream's own (queue subscriber, conditional put, reply once acked and watched)", relayLeast, kind)}
+		x, rel, js, f := over(runs, ratio), over(runs, rate), over(runs, appliedRate), over(runs, failed)
+		t.verdict = verdict(x.med >= relayLeast, x, relayLeast)
+		t.detail = fmt.Sprintf("%.2fx (%.2f..%.2f): %s/s vs %s/s (%s..%s); the relay's reports failed %.0f (%.0f..%.0f)",
+			x.med, x.min, x.max, count(js.med), count(rel.med), count(rel.min), count(rel.max), f.med, f.min, f.max)
+		out = append(out, t)
+	}
 	return out
+}
+
+// relayLeast is the relay target: the worker, which decodes, checks and
+// aggregates, at least this much faster than a relay that does none of it.
+const relayLeast = 1.2
+
+// btoi is 1 for true.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ceilingRate, ofCeiling and cpuPerAck are an acked run's JetStream

@@ -25,8 +25,12 @@ import (
 //   - stop: Run ends (replica_run.go).
 //
 // Each of them changes the fields under mu, lets go of it, then answers the
-// reports whose turn has come, in order (answerReady, replica_queue.go). A
-// report's own write moves through the phases of replica_write.go.
+// reports whose turn has come, in order (answerReady, replica_queue.go): at
+// once on the goroutines of Submit, Refuse, the clock and stop; on the
+// clock's goroutine, woken (wakeAnswers), for the watch's and the store's
+// events, so that neither waits for a Completion (a reply on a slow
+// connection). A report's own write moves through the phases of
+// replica_write.go.
 
 // phase is where a Replica is: what it serves, and what it does with a
 // report.
@@ -75,6 +79,7 @@ type Replica struct {
 	pub   publishing
 
 	sendKick chan struct{} // wakes the sender (sendLoop); capacity 1
+	answers  chan struct{} // wakes Run's goroutine to answer (wakeAnswers); capacity 1
 
 	submitMu sync.Mutex // serialises Submit and Refuse: reports queue in the order the store takes them; guards enc
 	enc      []byte     // the value of the write being sent
@@ -123,7 +128,7 @@ type served struct {
 // onEvent is the watch's callback: one event, in the store's order.
 func (r *Replica) onEvent(ev kv.Event) {
 	if r.applyEvent(ev) {
-		r.answerReady()
+		r.wakeAnswers()
 	}
 }
 

@@ -153,3 +153,42 @@ func TestReplicaChainOfAbandonedWritesMovesOn(t *testing.T) {
 	got, _ := w.synced(t)
 	assert.Equal(t, int64(7), got.LastExecTimeMap[1])
 }
+
+// blocked is a Completion that blocks until release is closed, as a reply
+// on a connection that stalled does; entered is closed when it is called.
+type blocked struct{ entered, release chan struct{} }
+
+func (b *blocked) Complete(state.MergeResult, error) {
+	close(b.entered)
+	<-b.release
+}
+
+// TestReplicaWatchAppliesWhileAnAnswerBlocks: the answer to a report (its
+// reply to the flownode) blocks, as a reply on a stalled connection does,
+// once the watch has applied the report's write: the watch goes on
+// applying the store's writes meanwhile, so that the worker's state, its
+// gets and its barrier follow the store. The answer is not given on the
+// watch's goroutine.
+func TestReplicaWatchAppliesWhileAnAnswerBlocks(t *testing.T) {
+	mem := kv.NewSharedMemory(kv.SharedMemoryOptions{})
+	a := follow(t, mem, state.ReplicaOptions{ID: "a"})
+	b := follow(t, mem, state.ReplicaOptions{ID: "b"})
+	c := &blocked{entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { close(c.release) }) // before the workers stop: cleanups run last first
+	// The put is stored and answered before the watch delivers it: the
+	// watch's event is the one that lets the report be answered.
+	mem.StallWatches()
+	require.NoError(t, a.mgr.Submit(t.Context(), state.Report{Node: 1, Flows: lastExecOf(1, 1).Flows()}, c))
+	mem.ResumeWatches()
+	select {
+	case <-c.entered:
+	case <-time.After(followWait):
+		t.Fatal("the report was not answered")
+	}
+	res, err := b.mgr.Merge(t.Context(), state.Report{Node: 2, Flows: lastExecOf(2, 1).Flows()})
+	require.NoError(t, err)
+	require.NoError(t, a.mgr.Sync(t.Context()), "a's watch reaches the store's last write while a's answer blocks")
+	v, err := a.mgr.Version(t.Context())
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, v.Revision, res.Revision)
+}

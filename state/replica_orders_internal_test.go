@@ -21,8 +21,9 @@ import (
 // submitted (numbered, unnumbered, stale, of a new process), the store's
 // answer to a put (stored, refused by its condition, lost, stored with
 // its answer lost, refused though stored), the sender's turn, another
-// worker's write of a node, the watch delivering the next write, a tick of
-// the clock, Drain giving up, and stop. After every event it checks that
+// worker's write of a node, the watch delivering the next write, Run's
+// goroutine answering what those settled, a tick of the clock, Drain
+// giving up, and stop. After every event it checks that
 // each report is answered at most once, in the order given, an ack only
 // at a revision that holds the report itself, and by its deadline
 // (ApplyTimeout after Submit, applyTicks+1 ticks at most); after the
@@ -209,11 +210,17 @@ func (o *order) step() {
 		r.sendPosted()
 	case k < 62:
 		o.another(uint64(1 + o.rnd.IntN(2)))
-	case k < 82:
+	case k < 78:
 		if o.delivered < len(o.store.log) {
 			ev := o.store.log[o.delivered]
 			o.delivered++
 			r.onEvent(ev)
+		}
+	case k < 86: // Run's goroutine, woken by the watch's or the store's events
+		select {
+		case <-r.answers:
+			r.answerReady()
+		default:
 		}
 	case k < 98:
 		r.onTick()

@@ -122,6 +122,7 @@ func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 		lease:    l,
 		kick:     make(chan struct{}, 1),
 		sendKick: make(chan struct{}, 1),
+		answers:  make(chan struct{}, 1),
 		changes:  make(chan struct{}, 1),
 		window:   make(chan struct{}, opts.Window),
 		watch:    watched{agg: NewAggregate(), nodes: make(map[uint64]nodeSeen), keys: make(map[uint64]uint64), refused: make(refusals)},
@@ -142,7 +143,8 @@ func NewReplica(store Store, opts ReplicaOptions) (*Replica, error) {
 // Its goroutines: the watch's (the store calls onEvent on it), the lease's
 // (its renewals are I/O, which must not hold up the clock), the sender's
 // (sendLoop: the writes sent from outside Submit), and the caller's, which
-// ticks the clock.
+// ticks the clock and gives the answers that the watch's events and the
+// store's answers settle.
 func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.phase != idle {
@@ -168,6 +170,8 @@ func (r *Replica) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-t.C():
 			r.onTick()
+		case <-r.answers:
+			r.answerReady()
 		}
 	}
 	t.Stop()
@@ -249,6 +253,16 @@ func (r *Replica) tookLease(rev uint64) {
 	if r.watch.delivered >= rev {
 		r.deltas.resync = true
 		r.signalChange()
+	}
+}
+
+// wakeAnswers has Run's goroutine answer the reports whose turn has come:
+// the watch's and the store's goroutines settle reports, and leave the
+// Completions to it. Once Run has ended, stop has answered every report.
+func (r *Replica) wakeAnswers() {
+	select {
+	case r.answers <- struct{}{}:
+	default:
 	}
 }
 

@@ -187,7 +187,7 @@ func (r *Replica) Refuse(ctx context.Context, err error, c Completion) error {
 // never waits for the store.
 func (r *Replica) onStored(e *write, rev kv.Revision, err error) {
 	r.recordStored(e, rev, err)
-	r.answerReady()
+	r.wakeAnswers()
 }
 
 // recordStored records the store's answer to e, and posts what is to be

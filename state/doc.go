@@ -99,8 +99,9 @@
 // aggregate or nothing: while its JSON does not fit one value of the store,
 // the publisher deletes it.
 //
-// Writes are pipelined (Submit). A report is checked (sorted flows;
-// capacity by the state the watch made and this worker's writes in flight)
+// Writes are pipelined (Submit). A report is checked by the Manager's
+// check (sorted flows, the stale rule, capacity), against the state the
+// watch made and this worker's writes in flight,
 // and its node-key write sent without waiting for the store; its
 // Completion is told the outcome, in the order of the reports, once the
 // write is stored and this worker's watch has applied it (so that a get on
@@ -161,10 +162,12 @@
 //     channel, where the connection's reader puts each message) with no
 //     goroutine in between.
 //
-// Whichever of the last two finds the oldest report's outcome answers it,
-// and the reports after it that are ready, in order, through their
-// Completions; the clock (Run's goroutine, ApplyTimeout/8 of
-// ReplicaOptions.Clock a tick) answers every report whose deadline,
+// Whichever of the last two settles the oldest report wakes Run's
+// goroutine, which answers it, and the reports after it that are ready, in
+// order, through their Completions: neither the watch nor the store's
+// answers wait for a reply on a slow connection. The clock (Run's
+// goroutine too, ApplyTimeout/8 of ReplicaOptions.Clock a tick) answers
+// every report whose deadline,
 // ApplyTimeout after Submit, has passed, whatever its write awaits: the
 // store's answer, the write before it, or the watch. A write that is not
 // sent (stale, refused, answered meanwhile) hands the writes chained

@@ -24,13 +24,10 @@ import (
 //   - onTick: the clock ticked (a write the watch is late to apply);
 //   - stop: Run ends (replica_run.go).
 //
-// Each of them changes the fields under mu, lets go of it, then answers the
-// reports whose turn has come, in order (answerReady, replica_queue.go): at
-// once on the goroutines of Submit, Refuse, the clock and stop; on the
-// clock's goroutine, woken (wakeAnswers), for the watch's and the store's
-// events, so that neither waits for a Completion (a reply on a slow
-// connection). A report's own write moves through the phases of
-// replica_write.go.
+// Each changes the fields under mu, lets go of it, then answers the reports
+// whose turn has come, in order (answerReady, replica_queue.go); the watch's
+// and the store's events leave that to Run's goroutine (wakeAnswers). A
+// report's own write moves through the phases of replica_write.go.
 
 // phase is where a Replica is: what it serves, and what it does with a
 // report.

@@ -101,8 +101,8 @@
 //
 // Writes are pipelined (Submit). A report is checked by the Manager's
 // check (sorted flows, the stale rule, capacity), against the state the
-// watch made and this worker's writes in flight,
-// and its node-key write sent without waiting for the store; its
+// watch made and this worker's writes in flight, and its node-key write
+// sent without waiting for the store; its
 // Completion is told the outcome, in the order of the reports, once the
 // write is stored and this worker's watch has applied it (so that a get on
 // this worker after the ack sees it), or why not: an error wrapping

@@ -98,12 +98,12 @@ func (lt *loadTest) runAcked(ctx context.Context, sc scenario) (r ackedResult, e
 		}
 	}
 	if b.relay {
-		for _, serial := range []bool{false, true} {
+		for i, serial := range []bool{false, true} {
 			res, err := measureRelay(ctx, urls[0], sc, b.replicas, b.storage, lt.cfg.duration, serial)
 			if err != nil {
 				return r, err
 			}
-			r.relay[btoi(serial)] = &res
+			r.relay[i] = &res
 			if err := lt.waitQuiet(ctx); err != nil {
 				return r, err
 			}
@@ -304,14 +304,6 @@ func relayTargets(find func(string) []runResult) []target {
 // relayLeast is the relay target: the worker, which decodes, checks and
 // aggregates, at least this much faster than a relay that does none of it.
 const relayLeast = 1.2
-
-// btoi is 1 for true.
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // ceilingRate, ofCeiling and cpuPerAck are an acked run's JetStream
 // ceiling, its acked rate over that ceiling, and its workers' CPU per ack.

@@ -115,6 +115,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		a.free <- slot
 		return fmt.Errorf("%w: put %s: %v", kv.ErrUnavailable, key, err)
 	}
+	written := a.known.hash(subject, value)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -123,7 +124,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 	}
 	p := &a.slots[slot]
 	p.busy, p.key, p.done, p.deadline = true, key, done, a.clock.Now().Add(a.timeout)
-	p.written = a.known.hash(subject, value)
+	p.written = written
 	reply, gen := p.reply, p.gen
 	a.mu.Unlock()
 	var err error

@@ -18,27 +18,31 @@ import (
 // been written past the mark since: writes past it are how a store that
 // forgot hides it, as a key's later write drops its earlier one.
 
-// maxKnownWrites bounds the writes a store remembers, the latest ones: a
-// lost tail longer than that is still found by the first write numbered at
-// or below the highest (knownWrites.top).
+// maxKnownWrites bounds the writes a store remembers, the latest ones (a
+// power of two): a lost tail longer than that is still found by the first
+// write numbered at or below the highest (knownWrites.top).
 const maxKnownWrites = 1 << 13
 
 // knownWrites is what a store knows its stream held in one epoch: a hash
-// of each write's subject and data, by sequence number. Its methods are
-// safe for concurrent use (the watch's goroutine and the acknowledgements').
+// of each write's subject and data, in a table by sequence number modulo
+// maxKnownWrites that keeps the later of two writes. Its methods are safe
+// for concurrent use (the watch's goroutine and the acknowledgements').
 type knownWrites struct {
 	seed maphash.Seed
 
 	mu     sync.Mutex
 	epoch  string
-	top    uint64            // the highest sequence number recorded in epoch
-	writes map[uint64]uint64 // sequence number -> hash
-	order  []uint64          // the sequence numbers in writes, a ring in the order recorded
-	next   int               // the ring's oldest, once it is full
+	top    uint64 // the highest sequence number recorded in epoch
+	writes []knownWrite
+}
+
+type knownWrite struct {
+	seq  uint64 // 0: none
+	hash uint64
 }
 
 func newKnownWrites() *knownWrites {
-	return &knownWrites{seed: maphash.MakeSeed()}
+	return &knownWrites{seed: maphash.MakeSeed(), writes: make([]knownWrite, maxKnownWrites)}
 }
 
 // hash is the hash of a write of data on subject.
@@ -61,22 +65,17 @@ func (k *knownWrites) note(epoch string, seq, h uint64) (other bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if epoch != k.epoch {
-		k.epoch, k.top, k.next = epoch, 0, 0
-		k.writes = make(map[uint64]uint64, 64)
-		k.order = k.order[:0]
+		k.epoch, k.top = epoch, 0
+		clear(k.writes)
 	}
-	if was, ok := k.writes[seq]; ok {
-		return was != h
+	w := &k.writes[seq&(maxKnownWrites-1)]
+	switch {
+	case w.seq == seq:
+		return w.hash != h
+	case w.seq < seq:
+		*w = knownWrite{seq: seq, hash: h}
+		k.top = max(k.top, seq)
 	}
-	if len(k.order) < maxKnownWrites {
-		k.order = append(k.order, seq)
-	} else {
-		delete(k.writes, k.order[k.next])
-		k.order[k.next] = seq
-		k.next = (k.next + 1) % maxKnownWrites
-	}
-	k.writes[seq] = h
-	k.top = max(k.top, seq)
 	return false
 }
 

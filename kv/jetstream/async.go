@@ -37,6 +37,7 @@ type asyncPuts struct {
 	down    func(error)   // called when a put finds JetStream unavailable
 	epoch   func() string // the epoch a stored put is acknowledged in
 	stored  func(uint64)  // called with each stored put's sequence number
+	known   *knownWrites  // told each stored put
 
 	prefix string // <inbox>.
 	sub    *nats.Subscription
@@ -58,6 +59,7 @@ type putSlot struct {
 	gen      uint64
 	busy     bool
 	key      string
+	written  uint64 // the hash of the put's subject and value (knownWrites)
 	done     kv.PutReceiver
 	deadline time.Time
 }
@@ -71,9 +73,9 @@ type endedPut struct {
 
 // newAsyncPuts subscribes to the replies of window puts on nc and starts
 // the goroutines that bound their waits; close stops them.
-func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock, down func(error), epoch func() string, stored func(uint64)) (*asyncPuts, error) {
+func newAsyncPuts(nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock, down func(error), epoch func() string, stored func(uint64), known *knownWrites) (*asyncPuts, error) {
 	a := &asyncPuts{
-		nc: nc, timeout: timeout, clock: clk, down: down, epoch: epoch, stored: stored,
+		nc: nc, timeout: timeout, clock: clk, down: down, epoch: epoch, stored: stored, known: known,
 		prefix: nc.NewInbox() + ".",
 		free:   make(chan int32, window),
 		stop:   make(chan struct{}),
@@ -113,6 +115,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		a.free <- slot
 		return fmt.Errorf("%w: put %s: %v", kv.ErrUnavailable, key, err)
 	}
+	written := a.known.hash(subject, value)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -121,6 +124,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 	}
 	p := &a.slots[slot]
 	p.busy, p.key, p.done, p.deadline = true, key, done, a.clock.Now().Add(a.timeout)
+	p.written = written
 	reply, gen := p.reply, p.gen
 	a.mu.Unlock()
 	var err error
@@ -130,7 +134,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		err = a.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: value})
 	}
 	if err != nil {
-		if _, d := a.take(slot, gen); d == nil {
+		if _, _, d := a.take(slot, gen); d == nil {
 			return nil // answered meanwhile (the connection was lost)
 		}
 		a.free <- slot
@@ -140,20 +144,21 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 }
 
 // take ends the put in slot if it is still the one of generation gen, and
-// returns its key and done; done is nil if it had ended already.
-func (a *asyncPuts) take(slot int32, gen uint64) (string, kv.PutReceiver) {
+// returns its key, the hash of what it wrote, and done; done is nil if it
+// had ended already.
+func (a *asyncPuts) take(slot int32, gen uint64) (string, uint64, kv.PutReceiver) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slot < 0 || int(slot) >= len(a.slots) {
-		return "", nil
+		return "", 0, nil
 	}
 	p := &a.slots[slot]
 	if !p.busy || p.gen != gen {
-		return "", nil
+		return "", 0, nil
 	}
-	key, done := p.key, p.done
+	key, written, done := p.key, p.written, p.done
 	a.endLocked(slot)
-	return key, done
+	return key, written, done
 }
 
 // endLocked frees slot, under a new generation: whatever answer its put
@@ -171,7 +176,7 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	key, done := a.take(slot, gen)
+	key, written, done := a.take(slot, gen)
 	if done == nil {
 		return // given up, or answered, already
 	}
@@ -191,7 +196,9 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 		return
 	}
 	a.stored(seq)
-	done.PutDone(kv.Revision{Epoch: a.epoch(), Seq: seq}, nil)
+	epoch := a.epoch()
+	a.known.note(epoch, seq, written) // a write recorded there already is the watch's to tell apart
+	done.PutDone(kv.Revision{Epoch: epoch, Seq: seq}, nil)
 }
 
 // parseReply returns the slot and generation of a reply subject.

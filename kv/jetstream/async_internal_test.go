@@ -167,7 +167,7 @@ func newTestPuts(t *testing.T, nc *nats.Conn, window int, timeout time.Duration)
 
 func newTestPutsOn(t *testing.T, nc *nats.Conn, window int, timeout time.Duration, clk clock.Clock) (*asyncPuts, *atomic.Int32) {
 	var downs atomic.Int32
-	a, err := newAsyncPuts(nc, window, timeout, clk, func(error) { downs.Add(1) }, func() string { return "e1" }, func(uint64) {})
+	a, err := newAsyncPuts(nc, window, timeout, clk, func(error) { downs.Add(1) }, func() string { return "e1" }, func(uint64) {}, newKnownWrites())
 	require.NoError(t, err)
 	t.Cleanup(a.close)
 	return a, &downs

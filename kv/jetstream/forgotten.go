@@ -106,6 +106,13 @@ func (s *Store) startOverForgotten(ctx context.Context, w *watching, epoch strin
 	if why == "" {
 		return nil
 	}
+	return s.startOver(ctx, epoch, why)
+}
+
+// startOver returns errStartOver once a new epoch that keeps the stream's
+// content replaces epoch, which the stream no longer holds (why), unless
+// the epoch key names another epoch already.
+func (s *Store) startOver(ctx context.Context, epoch, why string) error {
 	ep, err := s.currentEpoch(ctx)
 	if err != nil {
 		return err
@@ -231,7 +238,8 @@ func (s *Store) startKeptEpoch(ctx context.Context, epoch string, epochSeq uint6
 }
 
 // Forgets counts the times this store found that the stream no longer held
-// a write its watch had delivered, since it was opened.
+// a write it had acknowledged or its watch had delivered, since it was
+// opened.
 func (s *Store) Forgets() uint64 { return s.forgets.Load() }
 
 // epochStart is where an epoch whose key holds value and was written at

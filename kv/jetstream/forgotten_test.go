@@ -247,3 +247,92 @@ func TestAWatchStartedAfterAnEpochChangeFollowsNoStoreThatWentBackBeforeIt(t *te
 	})
 	assert.Equal(t, map[string]string{"k1": "first", "k2": "first"}, kvtest.State(events, "k"), "what the restored store holds")
 }
+
+// putOutcome is the store's answer to one PutAsync.
+type putOutcome struct {
+	rev kv.Revision
+	err error
+}
+
+type putChan chan putOutcome
+
+func (c putChan) PutDone(rev kv.Revision, err error) { c <- putOutcome{rev, err} }
+
+// TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSawIt:
+// a store's writes up to k3 are copied; the store writes k4 to k6 with
+// PutAsync, which the stream acknowledges, while its watch has not
+// delivered them (a watch that lags, or has not started); the server comes
+// back with the copy. The store acknowledged writes at revisions its
+// stream no longer holds: once its watch runs, it starts a new epoch that
+// keeps what the store holds, rather than serve the old epoch's revisions
+// again with other writes. Both ways it can find out: before anything
+// else is written (the stream numbers a new write at or below one it
+// acknowledged), and after another process has written past them (the
+// watch delivers another write at a revision it acknowledged).
+func TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSawIt(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		refill int // writes by another process after the restore, before the watch starts
+	}{{"nothing written since", 0}, {"another process wrote past them", 6}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := startRestartable(t)
+			reconnecting := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
+			cfg := jetstream.Config{Storage: "file", CheckInterval: 100 * time.Millisecond, ProbeInterval: 50 * time.Millisecond}
+			st := openStore(t, connectTo(t, srv.srv, reconnecting...), cfg)
+			cfg.Bucket = st.Bucket()
+			for _, k := range []string{"k1", "k2", "k3"} {
+				_, err := st.Put(t.Context(), k, []byte("old"))
+				require.NoError(t, err)
+			}
+			epoch, err := st.Epoch(t.Context())
+			require.NoError(t, err)
+
+			srv.stop()
+			backup := srv.copyStore(t)
+			srv.start(t)
+			for _, k := range []string{"k4", "k5", "k6"} {
+				require.Eventually(t, func() bool {
+					done := make(putChan, 1)
+					if st.PutAsync(t.Context(), k, []byte("lost"), kv.NoCondition, done) != nil {
+						return false
+					}
+					out := <-done
+					return out.err == nil && out.rev.Epoch == epoch
+				}, wait, 20*time.Millisecond, "the stream acknowledges %s once the server is back", k)
+			}
+
+			srv.stop()
+			srv.restore(t, backup)
+			srv.start(t)
+			other := openStore(t, connectTo(t, srv.srv), cfg)
+			for i := range c.refill {
+				_, err := other.Put(t.Context(), "k"+strconv.Itoa(7+i), []byte("after"))
+				require.NoError(t, err)
+			}
+
+			rec := kvtest.Watch(t, st)
+			events := rec.Await(t, "a new epoch that keeps what the store holds", func(ev []kv.Event) bool {
+				pass := sinceLastReset(ev)
+				return len(pass) > 0 && pass[0].Revision.Epoch != epoch && kvtest.Count(pass, kv.OpSynced) > 0
+			})
+			reset, _ := kvtest.LastOf(events, kv.OpReset)
+			assert.True(t, strings.HasSuffix(reset.Revision.Epoch, "-kept"), "the new epoch says it keeps what was stored: %q", reset.Revision.Epoch)
+			want := map[string]string{"k1": "old", "k2": "old", "k3": "old"}
+			for i := range c.refill {
+				want["k"+strconv.Itoa(7+i)] = "after"
+			}
+			assert.Equal(t, want, kvtest.State(events, "k"), "the state is what the store holds: k4 to k6 are forgotten")
+			assert.Equal(t, uint64(1), st.Forgets())
+		})
+	}
+}
+
+// sinceLastReset returns the events of the last pass, its OpReset first.
+func sinceLastReset(events []kv.Event) []kv.Event {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Op == kv.OpReset {
+			return events[i:]
+		}
+	}
+	return nil
+}

@@ -37,6 +37,7 @@ type Store struct {
 	barrier   rounds                  // LastRevision's shared writes
 	storedSeq atomic.Uint64           // the highest sequence number of a write seen stored (failover.go)
 	forgets   atomic.Uint64           // times the stream no longer held mark
+	known     *knownWrites            // the writes the stream acknowledged or delivered (known.go)
 
 	down    atomic.Bool // a write found JetStream unavailable; no probe has succeeded since
 	probeMu sync.Mutex  // guards probing and closed
@@ -94,8 +95,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		stream: "KV_" + cfg.Bucket,
 		prefix: "$KV." + cfg.Bucket + ".",
 		stop:   make(chan struct{}),
+		known:  newKnownWrites(),
 	}
-	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, cfg.Clock, s.markDown, s.lastEpoch, s.stored); err != nil {
+	if s.async, err = newAsyncPuts(nc, cfg.Window, cfg.OpTimeout, cfg.Clock, s.markDown, s.lastEpoch, s.stored, s.known); err != nil {
 		return nil, err
 	}
 	if err := s.checkEnabled(ctx); err != nil {

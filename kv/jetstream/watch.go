@@ -77,6 +77,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 	if err := s.startOverForgotten(ctx, w, epoch); err != nil {
 		return err
 	}
+	if err := s.startOverBelowKnown(ctx, epoch); err != nil {
+		return err
+	}
 	// A synchronous subscription: the connection's reader puts each
 	// message in its queue, and this loop takes it from there, with no
 	// goroutine in between; the server's flow control is answered as the
@@ -208,6 +211,9 @@ func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p
 		}
 		p.consumed = meta.Sequence.Consumer
 		seq := meta.Sequence.Stream
+		if err := s.startOverOverwritten(ctx, p.epoch, seq, s.known.hash(m.Subject, m.Data)); err != nil {
+			return err
+		}
 		if seq <= p.last {
 			s.log.Warn("sequence numbers went back: the bucket was recreated", slog.String("bucket", s.cfg.Bucket),
 				slog.Uint64("revision", seq), slog.Uint64("last", p.last))

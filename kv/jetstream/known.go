@@ -1,0 +1,118 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+)
+
+// What a store knows its stream held. A stream never holds two writes at
+// one sequence number, so a stream that delivers, at a sequence number at
+// which it acknowledged one of this store's puts or delivered a write to
+// its watch, another write than that one, in the same epoch, forgot it; so
+// does one that numbers a new write at or below such a sequence number.
+// Unlike the watch's mark (forgotten.go), this tells a store that forgot
+// whether or not the watch ever delivered what was lost (a watch that
+// lagged, or that is slow to come back), and whether or not the stream has
+// been written past the mark since: writes past it are how a store that
+// forgot hides it, as a key's later write drops its earlier one.
+
+// maxKnownWrites bounds the writes a store remembers, the latest ones (a
+// power of two): a lost tail longer than that is still found by the first
+// write numbered at or below the highest (knownWrites.top).
+const maxKnownWrites = 1 << 13
+
+// knownWrites is what a store knows its stream held in one epoch: a hash
+// of each write's subject and data, in a table by sequence number modulo
+// maxKnownWrites that keeps the later of two writes. Its methods are safe
+// for concurrent use (the watch's goroutine and the acknowledgements').
+type knownWrites struct {
+	seed maphash.Seed
+
+	mu     sync.Mutex
+	epoch  string
+	top    uint64 // the highest sequence number recorded in epoch
+	writes []knownWrite
+}
+
+type knownWrite struct {
+	seq  uint64 // 0: none
+	hash uint64
+}
+
+func newKnownWrites() *knownWrites {
+	return &knownWrites{seed: maphash.MakeSeed(), writes: make([]knownWrite, maxKnownWrites)}
+}
+
+// hash is the hash of a write of data on subject.
+func (k *knownWrites) hash(subject string, data []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(k.seed)
+	_, _ = h.WriteString(subject)
+	_ = h.WriteByte(0)
+	_, _ = h.Write(data)
+	return h.Sum64()
+}
+
+// note records that the stream held the write of hash h at seq in epoch,
+// and reports whether it had recorded another write there in that epoch
+// (which it keeps). A new epoch starts the record over.
+func (k *knownWrites) note(epoch string, seq, h uint64) (other bool) {
+	if epoch == "" || seq == 0 {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if epoch != k.epoch {
+		k.epoch, k.top = epoch, 0
+		clear(k.writes)
+	}
+	w := &k.writes[seq&(maxKnownWrites-1)]
+	switch {
+	case w.seq == seq:
+		return w.hash != h
+	case w.seq < seq:
+		*w = knownWrite{seq: seq, hash: h}
+		k.top = max(k.top, seq)
+	}
+	return false
+}
+
+// topOf is the highest sequence number recorded in epoch; 0 if none.
+func (k *knownWrites) topOf(epoch string) uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if epoch != k.epoch {
+		return 0
+	}
+	return k.top
+}
+
+// startOverOverwritten returns errStartOver, once a new epoch is started,
+// if the stream holds, at seq, another write than the one (of hash h) it
+// acknowledged or delivered to this store there in epoch; nil if not, and
+// it records the write then.
+func (s *Store) startOverOverwritten(ctx context.Context, epoch string, seq, h uint64) error {
+	if !s.known.note(epoch, seq, h) {
+		return nil
+	}
+	return s.startOver(ctx, epoch, fmt.Sprintf("the stream holds another write at revision %d than the one it acknowledged or delivered to this worker", seq))
+}
+
+// startOverBelowKnown returns errStartOver, once a new epoch is started, if
+// the stream numbers a new write (LastRevision's) at or below the highest
+// write it acknowledged or delivered to this store in epoch: it forgot that
+// one. Nil if not, or if it cannot tell now (JetStream takes no write): the
+// watch's deliveries still tell (startOverOverwritten).
+func (s *Store) startOverBelowKnown(ctx context.Context, epoch string) error {
+	top := s.known.topOf(epoch)
+	if top == 0 {
+		return nil
+	}
+	rev, err := s.LastRevision(ctx)
+	if err != nil || rev.Epoch != epoch || rev.Seq > top {
+		return nil
+	}
+	return s.startOver(ctx, epoch, fmt.Sprintf("the stream numbers a new write %d, at or below revision %d that it acknowledged or delivered to this worker", rev.Seq, top))
+}

@@ -1,0 +1,39 @@
+package jetstream
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestKnownWritesTellAnotherWriteAtARecordedRevision: the record tells
+// another write at a sequence number it holds, not the same one again;
+// a new epoch starts it over; past maxKnownWrites it forgets the oldest,
+// and its top stays the highest recorded.
+func TestKnownWritesTellAnotherWriteAtARecordedRevision(t *testing.T) {
+	k := newKnownWrites()
+	a, b := k.hash("$KV.b.k1", []byte("one")), k.hash("$KV.b.k2", []byte("one"))
+	assert.NotEqual(t, a, b, "the subject is part of a write")
+	assert.NotEqual(t, a, k.hash("$KV.b.k1", []byte("two")), "so is its data")
+	assert.NotEqual(t, k.hash("$KV.b.k", []byte("1one")), a, "subject and data do not run together")
+
+	assert.False(t, k.note("e1", 5, a), "first seen")
+	assert.False(t, k.note("e1", 5, a), "the same write again (its acknowledgement, then the watch's delivery)")
+	assert.True(t, k.note("e1", 5, b), "another write at 5 in the same epoch")
+	assert.True(t, k.note("e1", 5, b), "the first one is kept")
+	assert.Equal(t, uint64(5), k.topOf("e1"))
+	assert.Zero(t, k.topOf("e2"))
+	assert.False(t, k.note("", 6, a), "no epoch: nothing recorded")
+	assert.False(t, k.note("e1", 0, a), "no sequence number: nothing recorded")
+
+	assert.False(t, k.note("e2", 5, b), "a new epoch starts the record over")
+	assert.Zero(t, k.topOf("e1"))
+	assert.Equal(t, uint64(5), k.topOf("e2"))
+
+	for seq := uint64(6); seq < 6+maxKnownWrites; seq++ {
+		assert.False(t, k.note("e2", seq, a))
+	}
+	assert.False(t, k.note("e2", 5, a), "the oldest was forgotten (bounded): no longer told apart")
+	assert.True(t, k.note("e2", 6+maxKnownWrites-1, b), "the latest are kept")
+	assert.Equal(t, uint64(6+maxKnownWrites-1), k.topOf("e2"))
+}

@@ -18,9 +18,10 @@ import (
 //
 //   - Open, after switchAfter attempts in a row found it unavailable;
 //   - the probe of an unavailable store, after switchAfter x 4 probes;
-//   - Watch, after switchAfter passes in a row ended in an error; a pass
-//     ends in an error when it delivered nothing for stuckAfter
-//     while a write the store saw stored was still ahead of it.
+//   - Watch, after switchAfter passes in a row ended in an error, or
+//     switchAfter attempts in a row to replace a stuck consumer failed (a
+//     watch is stuck when it delivered nothing for stuckAfter while a
+//     write the store saw stored was still ahead of it).
 //
 // The writes the store sees stored (stored) are its own acknowledged
 // writes, the probe's and the barrier's, and the key's last write that a
@@ -33,7 +34,7 @@ import (
 const switchAfter = 3
 
 // stuckAfter is how long a watch may deliver nothing while a stored write
-// is ahead of it before its pass starts over: three idle heartbeats.
+// is ahead of it before it replaces its consumer: three heartbeats.
 func (s *Store) stuckAfter() time.Duration { return 3 * s.cfg.Heartbeat }
 
 // tryAnotherServer moves the store's connection to another server of its

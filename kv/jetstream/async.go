@@ -183,11 +183,7 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	a.free <- slot
 	seq, err := pubAckSeq(m)
 	if err != nil && isWrongLastSequence(err) {
-		refused := mismatch(fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err), err)
-		if last, ok := kv.LastWriteOf(refused); ok {
-			a.stored(last)
-		}
-		done.PutDone(kv.Revision{}, refused)
+		done.PutDone(kv.Revision{}, mismatch(fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err), err))
 		return
 	}
 	if err != nil {

@@ -101,11 +101,9 @@ func (s *Store) probeWrite(ctx context.Context) error {
 	defer cancel()
 	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
 	msg.Header.Set("KV-Operation", "DEL")
-	ack, err := s.js.PublishMsg(ctx, msg)
-	if err != nil {
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return s.wrap("probe", err)
 	}
-	s.stored(ack.Sequence)
 	return nil
 }
 

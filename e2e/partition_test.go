@@ -178,7 +178,7 @@ func partitionRun(t *testing.T, kind string, shape partitionShape) {
 		kind, leader, healed.Sub(faulted).Round(time.Millisecond), nodes.sent.Load()-sentAtFault, nodes.timedOut.Load()-timedOutAtFault)
 	base := make([]float64, len(ws))
 	for w := range ws {
-		base[w] = s.acks(w)
+		base[w] = s.acksAt(w, healed)
 	}
 
 	// Every worker acknowledges within ackAfterHeal of the heal. It is
@@ -430,6 +430,21 @@ func (s *sampler) await(t *testing.T, w int, bound time.Duration, ok func(sample
 			t.Fatalf("%s: not within %v; last sample %v, last scrape error %v", fmt.Sprintf(msg, args...), bound, smp, err)
 		}
 	}
+}
+
+// acksAt returns worker w's acks at its last sample taken at or before
+// at (0 if none): a sample with more was taken after at.
+func (s *sampler) acksAt(w int, at time.Time) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var acks float64
+	for _, smp := range s.samples[w] {
+		if smp.at.After(at) {
+			break
+		}
+		acks = smp.acks
+	}
+	return acks
 }
 
 // firstAbove returns the time of worker w's first sample after since with

@@ -19,8 +19,9 @@ import (
 // forgot hides it, as a key's later write drops its earlier one.
 
 // maxKnownWrites bounds the writes a store remembers, the latest ones (a
-// power of two): a lost tail longer than that is still found by the first
-// write numbered at or below the highest (knownWrites.top).
+// power of two): a lost tail longer than that is still found when the
+// watch starts over, by a read barrier numbered at or below the highest
+// (knownWrites.top), or once the stream is written up to the ones kept.
 const maxKnownWrites = 1 << 13
 
 // knownWrites is what a store knows its stream held in one epoch: a hash

@@ -248,16 +248,6 @@ func TestAWatchStartedAfterAnEpochChangeFollowsNoStoreThatWentBackBeforeIt(t *te
 	assert.Equal(t, map[string]string{"k1": "first", "k2": "first"}, kvtest.State(events, "k"), "what the restored store holds")
 }
 
-// putOutcome is the store's answer to one PutAsync.
-type putOutcome struct {
-	rev kv.Revision
-	err error
-}
-
-type putChan chan putOutcome
-
-func (c putChan) PutDone(rev kv.Revision, err error) { c <- putOutcome{rev, err} }
-
 // TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSawIt:
 // a store's writes up to k3 are copied; the store writes k4 to k6 with
 // PutAsync, which the stream acknowledges, while its watch has not
@@ -292,12 +282,12 @@ func TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSaw
 			srv.start(t)
 			for _, k := range []string{"k4", "k5", "k6"} {
 				require.Eventually(t, func() bool {
-					done := make(putChan, 1)
-					if st.PutAsync(t.Context(), k, []byte("lost"), kv.NoCondition, done) != nil {
+					stored := make(chan bool, 1) // the store answers every put, by its timeout at the latest
+					answer := kv.PutFunc(func(rev kv.Revision, err error) { stored <- err == nil && rev.Epoch == epoch })
+					if st.PutAsync(t.Context(), k, []byte("lost"), kv.NoCondition, answer) != nil {
 						return false
 					}
-					out := <-done
-					return out.err == nil && out.rev.Epoch == epoch
+					return <-stored
 				}, wait, 20*time.Millisecond, "the stream acknowledges %s once the server is back", k)
 			}
 

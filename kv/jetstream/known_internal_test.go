@@ -1,9 +1,13 @@
 package jetstream
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // TestKnownWritesTellAnotherWriteAtARecordedRevision: the record tells
@@ -36,4 +40,26 @@ func TestKnownWritesTellAnotherWriteAtARecordedRevision(t *testing.T) {
 	assert.False(t, k.note("e2", 5, a), "the oldest was forgotten (bounded): no longer told apart")
 	assert.True(t, k.note("e2", 6+maxKnownWrites-1, b), "the latest are kept")
 	assert.Equal(t, uint64(6+maxKnownWrites-1), k.topOf("e2"))
+}
+
+// TestReadBarrierAtARevisionThatHeldAnotherWriteIsUnavailable: a read
+// barrier the stream numbers where it acknowledged or delivered another
+// write to this store forgot that write, so no state is answered as of it;
+// the barrier it numbers next, past the record, passes.
+func TestReadBarrierAtARevisionThatHeldAnotherWriteIsUnavailable(t *testing.T) {
+	st := openOnServer(t, "barrier_known")
+	epoch, err := st.Epoch(t.Context())
+	require.NoError(t, err)
+	info, err := st.handles().stream.Info(t.Context())
+	require.NoError(t, err)
+
+	next := info.State.LastSeq + 1
+	st.known.note(epoch, next, st.known.hash(st.subject("node.7"), []byte("lost")))
+	_, err = st.LastRevision(t.Context())
+	require.ErrorIs(t, err, kv.ErrUnavailable)
+	assert.ErrorContains(t, err, fmt.Sprintf("barrier %d", next))
+
+	rev, err := st.LastRevision(t.Context())
+	require.NoError(t, err, "the next barrier is past what was recorded")
+	assert.Equal(t, kv.Revision{Epoch: epoch, Seq: next + 1}, rev)
 }

@@ -83,11 +83,17 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
+	epoch := s.lastEpoch()
+	top := s.known.topOf(epoch)
 	ack, err := s.deleteProbeKey(ctx)
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
 	s.stored(ack.Sequence)
+	if s.known.numbered(epoch, top, ack.Sequence, "a read barrier") {
+		return kv.Revision{}, fmt.Errorf("%w: last revision: the stream numbers the barrier %d, at or below revision %d that it acknowledged or delivered to this worker: it forgot that one",
+			kv.ErrUnavailable, ack.Sequence, top)
+	}
 	if s.knownProbe(ack.Sequence) {
 		// The watch may have applied the write the stream held there
 		// before; until it has started over, no state is as of ack.

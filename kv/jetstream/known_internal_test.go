@@ -42,6 +42,29 @@ func TestKnownWritesTellAnotherWriteAtARecordedRevision(t *testing.T) {
 	assert.Equal(t, uint64(6+maxKnownWrites-1), k.topOf("e2"))
 }
 
+// TestKnownWritesTellAWriteNumberedAtOrBelowTheRecord: a write sent once
+// the record's top was t and numbered at or below t is a stream that
+// forgot; numbered past it, or with nothing recorded, or in another epoch,
+// it is not. The watch takes what was found once, in its epoch.
+func TestKnownWritesTellAWriteNumberedAtOrBelowTheRecord(t *testing.T) {
+	k := newKnownWrites()
+	h := k.hash("$KV.b.k1", []byte("one"))
+	assert.False(t, k.numbered("e1", 0, 3, "a put"), "nothing recorded")
+	k.note("e1", 10, h)
+	top := k.topOf("e1")
+	assert.False(t, k.numbered("e1", top, 11, "a put"), "numbered after the record")
+	assert.False(t, k.numbered("e2", top, 9, "a put"), "another epoch than the record's")
+	assert.Empty(t, k.takeLost("e1"))
+
+	assert.True(t, k.numbered("e1", top, 10, "a put"), "numbered at the top")
+	assert.True(t, k.numbered("e1", top, 4, "a read barrier"), "numbered below it")
+	assert.Equal(t, "the stream numbers a read barrier 4, at or below revision 10 that it acknowledged or delivered to this worker", k.takeLost("e1"))
+	assert.Empty(t, k.takeLost("e1"), "taken once")
+	assert.True(t, k.numbered("e1", top, 5, "a put"))
+	assert.Empty(t, k.takeLost("e2"), "what was found in e1 does not end e2")
+	assert.Empty(t, k.takeLost("e1"))
+}
+
 // TestReadBarrierAtARevisionThatHeldAnotherWriteIsUnavailable: a read
 // barrier the stream numbers where it acknowledged or delivered another
 // write to this store forgot that write, so no state is answered as of it;

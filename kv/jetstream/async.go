@@ -205,11 +205,10 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 		return
 	}
 	a.stored(seq)
-	if a.known.numbered(sent.epoch, sent.top, seq, "the put of "+key) {
+	if err := a.known.numbered(sent.epoch, sent.top, seq, "the put of "+key); err != nil {
 		// Stored, in a stream that forgot acknowledged writes: the epoch
 		// ends, and the next one has it if the stream keeps it.
-		done.PutDone(kv.Revision{}, fmt.Errorf("%w: put %s: the stream numbers it %d, at or below revision %d that it acknowledged or delivered to this worker: it forgot that one",
-			kv.ErrUnavailable, key, seq, sent.top))
+		done.PutDone(kv.Revision{}, err)
 		return
 	}
 	epoch := a.epoch()

@@ -90,9 +90,8 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
 	s.stored(ack.Sequence)
-	if s.known.numbered(epoch, top, ack.Sequence, "a read barrier") {
-		return kv.Revision{}, fmt.Errorf("%w: last revision: the stream numbers the barrier %d, at or below revision %d that it acknowledged or delivered to this worker: it forgot that one",
-			kv.ErrUnavailable, ack.Sequence, top)
+	if err := s.known.numbered(epoch, top, ack.Sequence, "a read barrier"); err != nil {
+		return kv.Revision{}, fmt.Errorf("last revision: %w", err)
 	}
 	if s.knownProbe(ack.Sequence) {
 		// The watch may have applied the write the stream held there

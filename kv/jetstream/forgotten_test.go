@@ -254,7 +254,8 @@ func TestAWatchStartedAfterAnEpochChangeFollowsNoStoreThatWentBackBeforeIt(t *te
 // after them, its read barrier (LastRevision), while its watch has not
 // delivered them (a watch that lags, or has not started); the server comes
 // back with the copy. The store was acknowledged writes at revisions its
-// stream no longer holds: once its watch runs, it starts a new epoch that
+// stream no longer holds: a write it sends that the stream numbers at one
+// of them is not acknowledged; once its watch runs, it starts a new epoch that
 // keeps what the store holds, rather than serve the old epoch's revisions
 // again with other writes. Both ways it can find out: before anything
 // else is written (the stream numbers a new write at or below one it
@@ -330,7 +331,9 @@ func TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSaw
 					return err == nil || strings.Contains(err.Error(), "forgot")
 				}, wait, 20*time.Millisecond, "the stream takes k7 once the server is back")
 				require.ErrorIs(t, err, kv.ErrUnavailable)
-				want["k7"] = "again"
+				_, err = st.Put(t.Context(), "k8", []byte("again"))
+				require.ErrorIs(t, err, kv.ErrUnavailable, "nor a plain write")
+				want["k7"], want["k8"] = "again", "again"
 			}
 			other := openStore(t, connectTo(t, srv.srv), cfg)
 			for i := range c.refill {

@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
+
+	"github.com/flowstate-io/flowstate/kv"
 )
 
 // What a store knows its stream held. A stream never holds two writes at
@@ -97,24 +99,24 @@ func (k *knownWrites) topOf(epoch string) uint64 {
 	return k.top
 }
 
-// numbered reports whether seq, the sequence number the stream gave a write
-// this store sent once top was the highest it had recorded in epoch
-// (topOf), is at or below top: a stream numbers every write after those it
-// had numbered, so it forgot the one at top. what names the write. The
-// watch then starts a new epoch (takeLost) before it applies another
-// write.
-func (k *knownWrites) numbered(epoch string, top, seq uint64, what string) bool {
+// numbered returns an error wrapping kv.ErrUnavailable if seq, the
+// sequence number the stream gave a write this store sent once top was the
+// highest it had recorded in epoch (topOf), is at or below top: a stream
+// numbers every write after those it had numbered, so it forgot the one at
+// top. what names the write. The watch then starts a new epoch (takeLost)
+// before it applies another write.
+func (k *knownWrites) numbered(epoch string, top, seq uint64, what string) error {
 	if top == 0 || seq > top {
-		return false
+		return nil
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if epoch != k.epoch {
-		return false
+		return nil
 	}
 	k.lostWhy, k.lostFrom = fmt.Sprintf("the stream numbers %s %d, at or below revision %d that it acknowledged or delivered to this worker", what, seq, top), epoch
 	k.lost.Store(true)
-	return true
+	return fmt.Errorf("%w: %s: it forgot that one", kv.ErrUnavailable, k.lostWhy)
 }
 
 // takeLost returns what numbered found since the last call, if it was

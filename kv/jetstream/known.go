@@ -27,7 +27,7 @@ import (
 // maxKnownWrites bounds the writes a store remembers, the latest ones (a
 // power of two): a lost tail longer than that is still found when the
 // watch starts over, by a read barrier numbered at or below the highest
-// (knownWrites.top), or once the stream is written up to the ones kept.
+// (knownWrites.topOf), or once the stream is written up to the ones kept.
 const maxKnownWrites = 1 << 13
 
 // knownWrites is what a store knows its stream held in one epoch: a hash
@@ -38,12 +38,19 @@ type knownWrites struct {
 	seed maphash.Seed
 	lost atomic.Bool // numbered found a lost write the watch has not taken (takeLost)
 
+	// The epoch recorded and its highest sequence number, read without mu
+	// by every write sent (topOf); changed under mu.
+	cur atomic.Pointer[knownTop]
+
 	mu       sync.Mutex
-	epoch    string
-	top      uint64 // the highest sequence number recorded in epoch
 	writes   []knownWrite
 	lostWhy  string // what numbered found, in epoch
 	lostFrom string // the epoch it was found in
+}
+
+type knownTop struct {
+	epoch string
+	top   atomic.Uint64 // the highest sequence number recorded in epoch
 }
 
 type knownWrite struct {
@@ -74,8 +81,10 @@ func (k *knownWrites) note(epoch string, seq, h uint64) (other bool) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if epoch != k.epoch {
-		k.epoch, k.top = epoch, 0
+	cur := k.cur.Load()
+	if cur == nil || epoch != cur.epoch {
+		cur = &knownTop{epoch: epoch}
+		k.cur.Store(cur)
 		clear(k.writes)
 	}
 	w := &k.writes[seq&(maxKnownWrites-1)]
@@ -84,19 +93,19 @@ func (k *knownWrites) note(epoch string, seq, h uint64) (other bool) {
 		return w.hash != h
 	case w.seq < seq:
 		*w = knownWrite{seq: seq, hash: h}
-		k.top = max(k.top, seq)
+		if seq > cur.top.Load() {
+			cur.top.Store(seq) // under mu: no other writer
+		}
 	}
 	return false
 }
 
 // topOf is the highest sequence number recorded in epoch; 0 if none.
 func (k *knownWrites) topOf(epoch string) uint64 {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if epoch != k.epoch {
-		return 0
+	if cur := k.cur.Load(); cur != nil && cur.epoch == epoch {
+		return cur.top.Load()
 	}
-	return k.top
+	return 0
 }
 
 // numbered returns an error wrapping kv.ErrUnavailable if seq, the
@@ -111,7 +120,7 @@ func (k *knownWrites) numbered(epoch string, top, seq uint64, what string) error
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if epoch != k.epoch {
+	if cur := k.cur.Load(); cur == nil || cur.epoch != epoch {
 		return nil
 	}
 	k.lostWhy, k.lostFrom = fmt.Sprintf("the stream numbers %s %d, at or below revision %d that it acknowledged or delivered to this worker", what, seq, top), epoch

@@ -205,7 +205,7 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 		return
 	}
 	a.stored(seq)
-	if err := a.known.numbered(sent.epoch, sent.top, seq, "the put of "+key); err != nil {
+	if err := a.known.numbered(sent.epoch, sent.top, seq, "the put of ", key); err != nil {
 		// Stored, in a stream that forgot acknowledged writes: the epoch
 		// ends, and the next one has it if the stream keeps it.
 		done.PutDone(kv.Revision{}, err)

@@ -90,7 +90,7 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
 	s.stored(ack.Sequence)
-	if err := s.known.numbered(epoch, top, ack.Sequence, "a read barrier"); err != nil {
+	if err := s.known.numbered(epoch, top, ack.Sequence, "a read barrier", ""); err != nil {
 		return kv.Revision{}, fmt.Errorf("last revision: %w", err)
 	}
 	if s.knownProbe(ack.Sequence) {

@@ -112,9 +112,9 @@ func (k *knownWrites) topOf(epoch string) uint64 {
 // sequence number the stream gave a write this store sent once top was the
 // highest it had recorded in epoch (topOf), is at or below top: a stream
 // numbers every write after those it had numbered, so it forgot the one at
-// top. what names the write. The watch then starts a new epoch (takeLost)
-// before it applies another write.
-func (k *knownWrites) numbered(epoch string, top, seq uint64, what string) error {
+// top. what and name say which write it was. The watch then starts a new
+// epoch (takeLost) before it applies another write.
+func (k *knownWrites) numbered(epoch string, top, seq uint64, what, name string) error {
 	if top == 0 || seq > top {
 		return nil
 	}
@@ -123,7 +123,7 @@ func (k *knownWrites) numbered(epoch string, top, seq uint64, what string) error
 	if cur := k.cur.Load(); cur == nil || cur.epoch != epoch {
 		return nil
 	}
-	k.lostWhy, k.lostFrom = fmt.Sprintf("the stream numbers %s %d, at or below revision %d that it acknowledged or delivered to this worker", what, seq, top), epoch
+	k.lostWhy, k.lostFrom = fmt.Sprintf("the stream numbers %s%s %d, at or below revision %d that it acknowledged or delivered to this worker", what, name, seq, top), epoch
 	k.lost.Store(true)
 	return fmt.Errorf("%w: %s: it forgot that one", kv.ErrUnavailable, k.lostWhy)
 }

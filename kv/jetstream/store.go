@@ -318,7 +318,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 		}
 		return kv.Revision{}, err
 	}
-	if err := s.known.numbered(epoch, top, ack.Sequence, "the "+what); err != nil {
+	if err := s.known.numbered(epoch, top, ack.Sequence, "the ", what); err != nil {
 		return kv.Revision{}, err
 	}
 	return kv.Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil

@@ -120,10 +120,12 @@ func chaosRun(t *testing.T, spec runSpec) {
 	js, mem := runBoth(t, spec)
 	verdict := "linearizable"
 	for _, r := range []runResult{js, mem} {
-		if r.verdict.result == porcupine.Unknown && verdict == "linearizable" {
-			verdict = "unknown (the check timed out)"
-		}
-		if !r.ok() {
+		switch {
+		case r.verdict.result == porcupine.Unknown && len(r.problems) == 0:
+			if verdict == "linearizable" {
+				verdict = "unknown: the check timed out (see " + r.dir + ")"
+			}
+		case !r.ok():
 			verdict = "NOT linearizable or inconsistent (see " + r.dir + ")"
 		}
 	}
@@ -194,6 +196,10 @@ func requireOK(t *testing.T, r runResult) {
 	assert.Empty(t, r.problems)
 	assert.NotEqual(t, porcupine.Illegal, r.verdict.result, "the history is not linearizable; first operations that cannot be:\n%s",
 		joinLines(r.verdict.first))
+	// A check that timed out proved nothing: the run does not pass, and its
+	// history is written, for CHAOS_REPLAY with a longer
+	// CHAOS_REPLAY_TIMEOUT.
+	assert.NotEqual(t, porcupine.Unknown, r.verdict.result, "the linearizability check timed out after %v", r.verdict.took.Round(time.Second))
 	if r.faults {
 		assert.NotEmpty(t, r.events, "faults injected")
 	}

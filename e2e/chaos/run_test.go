@@ -64,7 +64,11 @@ type runResult struct {
 	dir        string   // where the violation was written
 }
 
-func (r runResult) ok() bool { return r.verdict.result != porcupine.Illegal && len(r.problems) == 0 }
+// ok reports whether a run's check found nothing wrong and did not time
+// out (a run not made has no verdict, and nothing wrong).
+func (r runResult) ok() bool {
+	return r.verdict.result != porcupine.Illegal && r.verdict.result != porcupine.Unknown && len(r.problems) == 0
+}
 
 // runChaos runs cfg and checks its history.
 func runChaos(t *testing.T, cfg runConfig) (res runResult) {

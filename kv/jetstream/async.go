@@ -58,10 +58,19 @@ type putSlot struct {
 	reply    string // prefix + slot + "." + gen
 	gen      uint64
 	busy     bool
-	key      string
-	written  uint64 // the hash of the put's subject and value (knownWrites)
+	sent     sentPut
 	done     kv.PutReceiver
 	deadline time.Time
+}
+
+// sentPut is what a put's acknowledgement is checked against.
+type sentPut struct {
+	key     string
+	written uint64 // the hash of the put's subject and value (knownWrites)
+	// The epoch and the highest sequence number recorded in it when the
+	// put was sent (knownWrites.numbered).
+	epoch string
+	top   uint64
 }
 
 // endedPut is a put taken out of its slot, to be answered.
@@ -115,7 +124,8 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		a.free <- slot
 		return fmt.Errorf("%w: put %s: %v", kv.ErrUnavailable, key, err)
 	}
-	written := a.known.hash(subject, value)
+	sent := sentPut{key: key, written: a.known.hash(subject, value), epoch: a.epoch()}
+	sent.top = a.known.topOf(sent.epoch)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -123,8 +133,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		return fmt.Errorf("%w: put %s: %w", kv.ErrUnavailable, key, errStoreClosed)
 	}
 	p := &a.slots[slot]
-	p.busy, p.key, p.done, p.deadline = true, key, done, a.clock.Now().Add(a.timeout)
-	p.written = written
+	p.busy, p.sent, p.done, p.deadline = true, sent, done, a.clock.Now().Add(a.timeout)
 	reply, gen := p.reply, p.gen
 	a.mu.Unlock()
 	var err error
@@ -134,7 +143,7 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 		err = a.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: value})
 	}
 	if err != nil {
-		if _, _, d := a.take(slot, gen); d == nil {
+		if _, d := a.take(slot, gen); d == nil {
 			return nil // answered meanwhile (the connection was lost)
 		}
 		a.free <- slot
@@ -144,28 +153,27 @@ func (a *asyncPuts) put(ctx context.Context, subject, key string, value []byte, 
 }
 
 // take ends the put in slot if it is still the one of generation gen, and
-// returns its key, the hash of what it wrote, and done; done is nil if it
-// had ended already.
-func (a *asyncPuts) take(slot int32, gen uint64) (string, uint64, kv.PutReceiver) {
+// returns what was sent, and done; done is nil if it had ended already.
+func (a *asyncPuts) take(slot int32, gen uint64) (sentPut, kv.PutReceiver) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if slot < 0 || int(slot) >= len(a.slots) {
-		return "", 0, nil
+		return sentPut{}, nil
 	}
 	p := &a.slots[slot]
 	if !p.busy || p.gen != gen {
-		return "", 0, nil
+		return sentPut{}, nil
 	}
-	key, written, done := p.key, p.written, p.done
+	sent, done := p.sent, p.done
 	a.endLocked(slot)
-	return key, written, done
+	return sent, done
 }
 
 // endLocked frees slot, under a new generation: whatever answer its put
 // may still get is dropped.
 func (a *asyncPuts) endLocked(slot int32) {
 	p := &a.slots[slot]
-	p.busy, p.key, p.done = false, "", nil
+	p.busy, p.sent, p.done = false, sentPut{}, nil
 	p.gen++
 	p.reply = a.replyOf(int(slot), p.gen)
 }
@@ -176,7 +184,8 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	key, written, done := a.take(slot, gen)
+	sent, done := a.take(slot, gen)
+	key := sent.key
 	if done == nil {
 		return // given up, or answered, already
 	}
@@ -196,8 +205,14 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 		return
 	}
 	a.stored(seq)
+	if err := a.known.numbered(sent.epoch, sent.top, seq, "the put of ", key); err != nil {
+		// Stored, in a stream that forgot acknowledged writes: the epoch
+		// ends, and the next one has it if the stream keeps it.
+		done.PutDone(kv.Revision{}, err)
+		return
+	}
 	epoch := a.epoch()
-	a.known.note(epoch, seq, written) // a write recorded there already is the watch's to tell apart
+	a.known.note(epoch, seq, sent.written) // a write recorded there already is the watch's to tell apart
 	done.PutDone(kv.Revision{Epoch: epoch, Seq: seq}, nil)
 }
 
@@ -261,7 +276,7 @@ func (a *asyncPuts) endAll(dst []endedPut, match func(*putSlot) bool) []endedPut
 	for i := range a.slots {
 		p := &a.slots[i]
 		if p.busy && match(p) {
-			dst = append(dst, endedPut{slot: int32(i), key: p.key, done: p.done})
+			dst = append(dst, endedPut{slot: int32(i), key: p.sent.key, done: p.done})
 			a.endLocked(int32(i))
 		}
 	}

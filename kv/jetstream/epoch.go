@@ -67,7 +67,8 @@ func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 // while the stream's last sequence number as the leader reports it lags
 // what a follower may already have applied and delivered to a watch.
 // Callers waiting at once share one write: a call joins the next one to
-// start (rounds).
+// start (rounds). The write is one the store remembers (knownProbe): a
+// barrier numbered where another write was recorded is ErrUnavailable.
 func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	rev, err := s.barrier.do(ctx, s.lastRevision)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, kv.ErrUnavailable) {
@@ -82,11 +83,22 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
+	epoch := s.lastEpoch()
+	top := s.known.topOf(epoch)
 	ack, err := s.deleteProbeKey(ctx)
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
 	}
 	s.stored(ack.Sequence)
+	if err := s.known.numbered(epoch, top, ack.Sequence, "a read barrier", ""); err != nil {
+		return kv.Revision{}, fmt.Errorf("last revision: %w", err)
+	}
+	if s.knownProbe(ack.Sequence) {
+		// The watch may have applied the write the stream held there
+		// before; until it has started over, no state is as of ack.
+		return kv.Revision{}, fmt.Errorf("%w: last revision: the stream numbers the barrier %d where it acknowledged or delivered another write to this worker: it forgot that one",
+			kv.ErrUnavailable, ack.Sequence)
+	}
 	info, err := s.handles().stream.Info(ctx)
 	if err != nil {
 		return kv.Revision{}, s.wrap("last revision", err)
@@ -100,6 +112,17 @@ func (s *Store) lastRevision(ctx context.Context) (kv.Revision, error) {
 		return kv.Revision{}, fmt.Errorf("%w: last revision: the key of epoch %s is gone: the bucket was wiped", kv.ErrUnavailable, e.name)
 	}
 	return kv.Revision{Epoch: s.lastEpoch(), Seq: max(ack.Sequence, info.State.LastSeq)}, nil
+}
+
+// knownProbe records that the stream took a deletion of ProbeKey at seq
+// (knownWrites), and reports whether it had acknowledged or delivered
+// another write there to this store in the epoch. A watch that then
+// delivers another write at seq starts a new epoch: it reads a stream that
+// forgot the barrier, or a replica that holds another history than the
+// leader's, and a get waiting for the watch to pass the barrier is not
+// answered from that history.
+func (s *Store) knownProbe(seq uint64) (other bool) {
+	return s.known.note(s.lastEpoch(), seq, s.known.hash(s.subject(s.cfg.ProbeKey), nil))
 }
 
 // epochAt is an epoch and the sequence number of the epoch key's write

@@ -249,21 +249,34 @@ func TestAWatchStartedAfterAnEpochChangeFollowsNoStoreThatWentBackBeforeIt(t *te
 }
 
 // TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSawIt:
-// a store's writes up to k3 are copied; the store writes k4 to k6 with
-// PutAsync, which the stream acknowledges, while its watch has not
+// a store's writes up to k3 are copied; k4 to k6 are written and the
+// stream acknowledges to the store either those writes (PutAsync) or,
+// after them, its read barrier (LastRevision), while its watch has not
 // delivered them (a watch that lags, or has not started); the server comes
-// back with the copy. The store acknowledged writes at revisions its
-// stream no longer holds: once its watch runs, it starts a new epoch that
+// back with the copy. The store was acknowledged writes at revisions its
+// stream no longer holds: a write it sends that the stream numbers at one
+// of them is not acknowledged; once its watch runs, it starts a new epoch that
 // keeps what the store holds, rather than serve the old epoch's revisions
 // again with other writes. Both ways it can find out: before anything
 // else is written (the stream numbers a new write at or below one it
 // acknowledged), and after another process has written past them (the
 // watch delivers another write at a revision it acknowledged).
 func TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSawIt(t *testing.T) {
+	type acknowledged int
+	const (
+		puts    acknowledged = iota // k4 to k6, by PutAsync
+		barrier                     // a read barrier after k4 to k6 (Put)
+	)
 	for _, c := range []struct {
 		name   string
+		acked  acknowledged
 		refill int // writes by another process after the restore, before the watch starts
-	}{{"nothing written since", 0}, {"another process wrote past them", 6}} {
+	}{
+		{"its puts, nothing written since", puts, 0},
+		{"its puts, another process wrote past them", puts, 6},
+		{"its read barrier, nothing written since", barrier, 0},
+		{"its read barrier, another process wrote past it", barrier, 6},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv := startRestartable(t)
 			reconnecting := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
@@ -282,22 +295,51 @@ func TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSaw
 			srv.start(t)
 			for _, k := range []string{"k4", "k5", "k6"} {
 				require.Eventually(t, func() bool {
+					if c.acked == barrier {
+						_, err := st.Put(t.Context(), k, []byte("lost"))
+						return err == nil
+					}
 					stored := make(chan bool, 1) // the store answers every put, by its timeout at the latest
 					answer := kv.PutFunc(func(rev kv.Revision, err error) { stored <- err == nil && rev.Epoch == epoch })
 					if st.PutAsync(t.Context(), k, []byte("lost"), kv.NoCondition, answer) != nil {
 						return false
 					}
 					return <-stored
-				}, wait, 20*time.Millisecond, "the stream acknowledges %s once the server is back", k)
+				}, wait, 20*time.Millisecond, "the stream takes %s once the server is back", k)
+			}
+			if c.acked == barrier {
+				rev, err := st.LastRevision(t.Context())
+				require.NoError(t, err)
+				require.Equal(t, epoch, rev.Epoch)
 			}
 
 			srv.stop()
 			srv.restore(t, backup)
 			srv.start(t)
+			want := map[string]string{"k1": "old", "k2": "old", "k3": "old"}
+			if c.refill == 0 {
+				// The stream numbers the store's next put where it had
+				// acknowledged another write: stored, but not acknowledged
+				// in the epoch that write was.
+				var err error
+				require.Eventually(t, func() bool {
+					answered := make(chan error, 1)
+					if st.PutAsync(t.Context(), "k7", []byte("again"), kv.NoCondition, kv.PutFunc(func(_ kv.Revision, err error) { answered <- err })) != nil {
+						return false
+					}
+					err = <-answered
+					return err == nil || strings.Contains(err.Error(), "forgot")
+				}, wait, 20*time.Millisecond, "the stream takes k7 once the server is back")
+				require.ErrorIs(t, err, kv.ErrUnavailable)
+				_, err = st.Put(t.Context(), "k8", []byte("again"))
+				require.ErrorIs(t, err, kv.ErrUnavailable, "nor a plain write")
+				want["k7"], want["k8"] = "again", "again"
+			}
 			other := openStore(t, connectTo(t, srv.srv), cfg)
 			for i := range c.refill {
 				_, err := other.Put(t.Context(), "k"+strconv.Itoa(7+i), []byte("after"))
 				require.NoError(t, err)
+				want["k"+strconv.Itoa(7+i)] = "after"
 			}
 
 			rec := kvtest.Watch(t, st)
@@ -307,10 +349,6 @@ func TestAStoreThatForgotWhatItAcknowledgedStartsANewEpochThoughItsWatchNeverSaw
 			})
 			reset, _ := kvtest.LastOf(events, kv.OpReset)
 			assert.True(t, strings.HasSuffix(reset.Revision.Epoch, "-kept"), "the new epoch says it keeps what was stored: %q", reset.Revision.Epoch)
-			want := map[string]string{"k1": "old", "k2": "old", "k3": "old"}
-			for i := range c.refill {
-				want["k"+strconv.Itoa(7+i)] = "after"
-			}
 			assert.Equal(t, want, kvtest.State(events, "k"), "the state is what the store holds: k4 to k6 are forgotten")
 			assert.Equal(t, uint64(1), st.Forgets())
 		})

@@ -299,6 +299,8 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 			opts = append(opts, natsjs.WithExpectLastSequenceForSubject(cond.Revision, s.subject(cond.Key)))
 		}
 	}
+	epoch := s.lastEpoch()
+	top := s.known.topOf(epoch)
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	ack, err := s.js.PublishMsg(ctx, msg, opts...)
@@ -314,6 +316,9 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 		if errors.Is(err, kv.ErrUnavailable) {
 			s.markDown(err)
 		}
+		return kv.Revision{}, err
+	}
+	if err := s.known.numbered(epoch, top, ack.Sequence, "the ", what); err != nil {
 		return kv.Revision{}, err
 	}
 	return kv.Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil

@@ -17,13 +17,7 @@ import (
 // leader has it, and a wiped bucket as a reason to try again rather than a
 // failure.
 func TestLeaderSeqOfReadsTheLeaderAndSaysWhenTheKeyIsGone(t *testing.T) {
-	srv := natstest.Start(t, &server.Options{JetStream: true})
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	st, err := Open(t.Context(), nc, Config{Bucket: "leader_seq"})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
+	st := openOnServer(t, "leader_seq")
 
 	ep, err := st.currentEpoch(t.Context())
 	require.NoError(t, err)
@@ -82,13 +76,7 @@ func TestServerTooOldErrorIsOneLineNamingBothVersions(t *testing.T) {
 // known yet (Open retries), names what the leader answered, and passes once
 // the key holds still.
 func TestCheckFencingDoesNotCallAModernLeaderOldWhenTheEpochKeyMoves(t *testing.T) {
-	srv := natstest.Start(t, &server.Options{JetStream: true})
-	nc, err := nats.Connect(srv.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	st, err := Open(t.Context(), nc, Config{Bucket: "moving_epoch"})
-	require.NoError(t, err)
-	t.Cleanup(st.Close)
+	st := openOnServer(t, "moving_epoch")
 
 	epoch, err := st.Epoch(t.Context())
 	require.NoError(t, err)
@@ -110,4 +98,18 @@ func TestCheckFencingDoesNotCallAModernLeaderOldWhenTheEpochKeyMoves(t *testing.
 
 	st.afterFenceRead = nil
 	require.NoError(t, st.checkFencing(t.Context()), "the key holds still: the leader enforces the fence")
+}
+
+// openOnServer opens a store of bucket on an embedded JetStream server of
+// its own.
+func openOnServer(t *testing.T, bucket string) *Store {
+	t.Helper()
+	srv := natstest.Start(t, &server.Options{JetStream: true})
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	st, err := Open(t.Context(), nc, Config{Bucket: bucket})
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return st
 }

@@ -130,6 +130,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 				return err
 			}
 		}
+		if err := s.startOverLost(ctx, epoch); err != nil {
+			return err
+		}
 		if err := s.watchStuck(sub, &p, &moved); err != nil {
 			return err
 		}
@@ -211,6 +214,9 @@ func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p
 		}
 		p.consumed = meta.Sequence.Consumer
 		seq := meta.Sequence.Stream
+		if err := s.startOverLost(ctx, p.epoch); err != nil {
+			return err
+		}
 		if err := s.startOverOverwritten(ctx, p.epoch, seq, s.known.hash(m.Subject, m.Data)); err != nil {
 			return err
 		}

@@ -68,7 +68,8 @@ func (s *Store) currentEpoch(ctx context.Context) (epochAt, error) {
 // what a follower may already have applied and delivered to a watch.
 // Callers waiting at once share one write: a call joins the next one to
 // start (rounds). The write is one the store remembers (knownProbe): a
-// barrier numbered where another write was recorded is ErrUnavailable.
+// barrier numbered at or below the highest write recorded (numbered), or
+// where another write was recorded, is ErrUnavailable.
 func (s *Store) LastRevision(ctx context.Context) (kv.Revision, error) {
 	rev, err := s.barrier.do(ctx, s.lastRevision)
 	if err != nil && ctx.Err() != nil && !errors.Is(err, kv.ErrUnavailable) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,12 +22,16 @@ var errStartOver = errors.New("jetstream: the watch must start over")
 
 // Watch implements Watcher with an ordered push consumer of the bucket's
 // stream: it delivers each key's last write (DeliverLastPerSubject), then
-// every later write, in stream order, and recreates itself where it left
-// off when it misses two idle heartbeats (a server died, the connection
-// moved). A pass ends, and the next one begins with kv.OpReset, when the epoch
-// key is deleted or changes, when sequence numbers go back (the bucket was
-// recreated), when the periodic read of the epoch key finds it missing or
-// changed (a purge is silent to consumers), or when the consumer gives up.
+// every later write, in stream order. It makes another consumer from where
+// it is when it has delivered nothing for stuckAfter while a write the
+// store saw stored is ahead of it (its consumer's server is cut off or
+// behind), and the client library does when two of the consumer's idle
+// heartbeats are missed (consumerHeartbeats). A pass ends, and the next one
+// begins with kv.OpReset, when the epoch key is deleted or changes, when
+// sequence numbers go back (the bucket was recreated), when the periodic
+// read of the epoch key finds it missing or changed (a purge is silent to
+// consumers), when the server no longer has its consumer, or when the
+// consumer gives up.
 // fn runs on Watch's goroutine, which takes the messages from the
 // subscription's queue, where the connection's reader puts them.
 func (s *Store) Watch(ctx context.Context, fn func(kv.Event)) error {
@@ -80,21 +85,12 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 	if err := s.startOverBelowKnown(ctx, epoch); err != nil {
 		return err
 	}
-	// A synchronous subscription: the connection's reader puts each
-	// message in its queue, and this loop takes it from there, with no
-	// goroutine in between; the server's flow control is answered as the
-	// loop takes messages, and two missed idle heartbeats recreate the
-	// consumer.
-	sub, err := s.legacy.SubscribeSync(s.prefix+">",
-		nats.BindStream(s.stream),
-		nats.OrderedConsumer(),
-		nats.DeliverLastPerSubject(),
-		nats.IdleHeartbeat(s.cfg.Heartbeat),
-	)
+	sub, err := s.subscribe(0)
 	if err != nil {
 		return s.wrap("watch", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = sub.Unsubscribe() }() // the pass's last consumer
+	alive := newConsumerCheck(sub)
 	pending, err := sub.InitialConsumerPending()
 	if err != nil {
 		return s.wrap("watch", err)
@@ -108,6 +104,11 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 	p.exact = p.synced
 	s.storedSeq.Store(0) // what was stored before this pass may be of a bucket recreated since
 	var moved progress
+	var replaceFailed int // attempts in a row to replace a stuck consumer that failed
+	// The consumers replaced, let go on goroutines of their own: deleting
+	// one on a server cut off waits for the request's timeout.
+	var letGo sync.WaitGroup
+	defer letGo.Wait()
 	if p.synced {
 		fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch}, Exact: true})
 	}
@@ -133,11 +134,137 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 		if err := s.startOverLost(ctx, epoch); err != nil {
 			return err
 		}
-		if err := s.watchStuck(sub, &p, &moved); err != nil {
-			return err
+		if s.consumerGone(ctx, sub, &p, &alive) {
+			return errConsumerGone
 		}
+		stuck := s.watchStuck(sub, &p, &moved)
+		if stuck == nil {
+			continue
+		}
+		if !p.synced {
+			return stuck // a consumer by sequence would not load the bucket as OpSynced says
+		}
+		// Make before break: the stuck consumer is kept until another one
+		// is made, which takes the cluster's meta leader; after a partition
+		// heals there may be none for a while, and the consumer kept may
+		// then go on where it was.
+		next, err := s.subscribe(p.last + 1)
+		if err != nil {
+			s.log.Warn("the watch is stuck and cannot make another consumer yet: keeping the one it has", slog.String("bucket", s.cfg.Bucket),
+				slog.Any("stuck", stuck), slog.Any("err", err))
+			if replaceFailed++; replaceFailed%switchAfter == 0 {
+				s.tryAnotherServer(ctx, err)
+			}
+			continue
+		}
+		s.log.Warn("the watch was stuck: it goes on with another consumer", slog.String("bucket", s.cfg.Bucket), slog.Any("stuck", stuck))
+		replaceFailed = 0
+		stuckSub := sub
+		letGo.Go(func() { _ = stuckSub.Unsubscribe() })
+		sub, moved, alive = next, progress{}, newConsumerCheck(next)
 	}
 }
+
+// errConsumerGone ends a pass whose consumer the server no longer has.
+var errConsumerGone = errors.New("jetstream: the watch's consumer is gone from the server")
+
+// consumerCheck is what a pass of Watch knows of its consumer on the
+// server: its far-apart idle heartbeats (consumerHeartbeats) are late to
+// tell that the server no longer has it (the stream was deleted, a server
+// restarted and lost it), so the watch asks the server once its consumer
+// has been silent for two heartbeats (Config.Heartbeat).
+type consumerCheck struct {
+	name     string    // the consumer's name; "" if not known
+	consumed uint64    // the consumer's sequence number last seen
+	heard    time.Time // when it last moved, or the server was last asked
+}
+
+func newConsumerCheck(sub *nats.Subscription) consumerCheck {
+	var c consumerCheck
+	if ci, err := sub.ConsumerInfo(); err == nil {
+		c.name = ci.Name
+	}
+	return c
+}
+
+// consumerGone reports whether the server says that it no longer has the
+// pass's consumer, which has been silent for two heartbeats. It asks for
+// at most a heartbeat: no answer (a partition) is no news, and the
+// consumer may go on once the partition heals.
+func (s *Store) consumerGone(ctx context.Context, sub *nats.Subscription, p *pass, c *consumerCheck) bool {
+	now := s.cfg.Clock.Now()
+	if p.consumed != c.consumed || c.heard.IsZero() {
+		c.consumed, c.heard = p.consumed, now
+		return false
+	}
+	if now.Sub(c.heard) < 2*s.cfg.Heartbeat {
+		return false
+	}
+	c.heard = now
+	if c.name != "" {
+		qctx, cancel := context.WithTimeout(ctx, s.cfg.Heartbeat)
+		_, err := s.js.Consumer(qctx, s.stream, c.name)
+		cancel()
+		if !errors.Is(err, natsjs.ErrConsumerNotFound) && !errors.Is(err, natsjs.ErrStreamNotFound) {
+			return false // the server has it, or cannot say now
+		}
+	}
+	// The client library may have made another consumer in its place (a
+	// gap in its sequence numbers): the subscription knows which.
+	ci, err := sub.ConsumerInfo()
+	switch {
+	case err == nil:
+		c.name = ci.Name
+		return false
+	case errors.Is(err, nats.ErrConsumerNotFound), errors.Is(err, nats.ErrStreamNotFound):
+		return true
+	}
+	return false
+}
+
+// subscribe makes the consumer of a pass of Watch: from the bucket's last
+// write of each key if from is 0, else from sequence number from. It is a
+// synchronous subscription: the connection's reader puts each message in
+// its queue, and the watch's loop takes it from there, with no goroutine
+// in between; the server's flow control is answered as the loop takes
+// messages, and two missed idle heartbeats recreate the consumer (those
+// heartbeats are far apart, and the server keeps the consumer while no one
+// listens, so that it outlasts a partition: consumerHeartbeats).
+func (s *Store) subscribe(from uint64) (*nats.Subscription, error) {
+	start := nats.DeliverLastPerSubject()
+	if from > 0 {
+		start = nats.StartSequence(from)
+	}
+	return s.legacy.SubscribeSync(s.prefix+">",
+		nats.BindStream(s.stream),
+		nats.OrderedConsumer(),
+		start,
+		nats.IdleHeartbeat(consumerHeartbeats*s.cfg.Heartbeat),
+		nats.InactiveThreshold(consumerKept*s.cfg.Heartbeat),
+	)
+}
+
+// A watch's consumer is on one server of the stream's, which delivers to
+// the watch's server over a route. When a partition cuts that route, the
+// consumer pauses (no one listens to what it delivers) and goes on where
+// it was once the route is back, with no request to JetStream; a consumer
+// that the client recreates needs the cluster's meta leader, and a server
+// that comes back from a partition makes the meta leader step down (its
+// Raft term went up while it was alone), so that no consumer can be
+// created for an election timeout after the heal (4 to 9 s). So the
+// consumer's idle heartbeats, whose loss makes the client recreate it, are
+// consumerHeartbeats heartbeats apart (two of them lost: 30 s by default),
+// and the server keeps it for consumerKept heartbeats with no one
+// listening (a minute by default; a consumer whose deletion failed is gone
+// then). Neither waits for those heartbeats: a consumer that the server no
+// longer has is found by asking after two silent heartbeats
+// (consumerGone), and one stuck (cut off, or on a server whose stream is
+// behind) by watchStuck, once a write the store saw stored is ahead of the
+// watch and it has delivered nothing for stuckAfter.
+const (
+	consumerHeartbeats = 15
+	consumerKept       = 60
+)
 
 // progress is when a pass last delivered a write, or last had nothing
 // stored ahead of it.
@@ -148,9 +275,9 @@ type progress struct {
 
 // watchStuck returns an error once the pass has delivered nothing for
 // stuckAfter, with nothing waiting in its subscription, while a write the
-// store saw stored is ahead of it: its consumer is alive (its heartbeats
-// come) but what it reads does not move, as on a server whose store
-// failed. The next pass creates a new consumer.
+// store saw stored is ahead of it: what its consumer reads does not move,
+// as on a server cut off from the stream's leader, or whose stream is
+// behind, or whose store failed. watchPass then replaces the consumer.
 func (s *Store) watchStuck(sub *nats.Subscription, p *pass, pr *progress) error {
 	now := s.cfg.Clock.Now()
 	ahead := s.storedSeq.Load()

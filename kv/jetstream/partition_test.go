@@ -25,11 +25,14 @@ type events struct {
 	puts   map[string]string
 	synced bool
 	resets int
+	log    []kv.Event // every event, in order
 	kick   chan struct{}
 }
 
 func (e *events) add(ev kv.Event) {
 	e.mu.Lock()
+	ev.Value = append([]byte(nil), ev.Value...)
+	e.log = append(e.log, ev)
 	switch ev.Op {
 	case kv.OpPut:
 		e.puts[ev.Key] = string(ev.Value)
@@ -259,4 +262,96 @@ func TestAStuckWatchGoesOnWithAnotherConsumerWithoutStartingOver(t *testing.T) {
 	r.watched.mu.Lock()
 	defer r.watched.mu.Unlock()
 	assert.Equal(t, 1, r.watched.resets, "the watch went on from where it was, without starting over")
+}
+
+// A watch whose consumer's server was cut off from the others goes on,
+// once the cut heals, from that server while it catches up with the
+// stream. The server is sent what the stream holds, without the writes
+// replaced meanwhile, so until it has caught up the watch skips writes
+// whose replacements it has not delivered yet: no state the store had.
+// An event is exact only at a state the store had.
+func TestAWatchIsExactOnlyAtAStateTheStoreHad(t *testing.T) {
+	r := startRemoteWatch(t)
+	var routes []*proctest.Link
+	for i := range r.cl.Servers {
+		if i != r.other {
+			routes = append(routes, r.cl.Route(r.other, i))
+		}
+	}
+	for _, l := range routes {
+		l.Cut()
+	}
+	// Every key written three times while the consumer's server is cut
+	// off, by another store than the watch's (whose own writes would make
+	// the watch replace its stuck consumer).
+	writer := r.open(r.connect(r.cl.URLs()[3-r.own-r.other]))
+	type write struct{ key, value string }
+	written := map[uint64]write{}
+	const keys, rounds = 300, 3
+	for round := range rounds {
+		for k := range keys {
+			key, value := fmt.Sprintf("k%d", k), fmt.Sprint(round)
+			written[put(t, writer, key, value).Seq] = write{key, value}
+		}
+	}
+	for _, l := range routes {
+		l.Heal()
+	}
+	r.watched.await(t, "every key's last write", 120*time.Second, func(e *events) bool {
+		for k := range keys {
+			if e.puts[fmt.Sprintf("k%d", k)] != fmt.Sprint(rounds-1) {
+				return false
+			}
+		}
+		return true
+	})
+
+	// The store's content as of seq: each key's last write at or below it.
+	had := func(seq uint64) map[string]string {
+		m := map[string]string{}
+		var last = map[string]uint64{}
+		for s, w := range written {
+			if s <= seq && s > last[w.key] {
+				last[w.key], m[w.key] = s, w.value
+			}
+		}
+		return m
+	}
+	r.watched.mu.Lock()
+	defer r.watched.mu.Unlock()
+	seen := map[string]string{}
+	var exact, checked int
+	for _, ev := range r.watched.log {
+		switch ev.Op {
+		case kv.OpReset:
+			clear(seen)
+		case kv.OpPut:
+			if strings.HasPrefix(ev.Key, "k") {
+				seen[ev.Key] = string(ev.Value)
+			}
+		case kv.OpDelete:
+			delete(seen, ev.Key)
+		}
+		if !ev.Exact || ev.Revision.Seq < minSeq(written) {
+			continue
+		}
+		exact++
+		want := had(ev.Revision.Seq)
+		if !assert.Equal(t, want, seen, "the watch said it was exact at revision %d (%s)", ev.Revision.Seq, ev) {
+			return
+		}
+		checked++
+	}
+	t.Logf("%d events, %d exact ones checked from revision %d on", len(r.watched.log), checked, minSeq(written))
+	_ = exact
+}
+
+func minSeq[V any](m map[uint64]V) uint64 {
+	least := uint64(0)
+	for s := range m {
+		if least == 0 || s < least {
+			least = s
+		}
+	}
+	return least
 }

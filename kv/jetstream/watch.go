@@ -99,9 +99,9 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 	// it are below ep.seq: OpReset says so (see kv.OpReset).
 	fn(kv.Event{Op: kv.OpReset, Revision: kv.Revision{Epoch: epoch, Seq: epochStart(epoch, ep.seq)}})
 
-	p := pass{epoch: epoch, synced: pending == 0}
+	p := pass{epoch: epoch, pending: pending}
 	defer func() { w.mark = p.advance(w.mark) }()
-	p.exact = p.synced
+	s.caughtUp(ctx, &p) // asks how far the stream went, if the consumer has nothing to deliver
 	s.storedSeq.Store(0) // what was stored before this pass may be of a bucket recreated since
 	var moved progress
 	var replaceFailed int // attempts in a row to replace a stuck consumer that failed
@@ -109,9 +109,6 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 	// one on a server cut off waits for the request's timeout.
 	var letGo sync.WaitGroup
 	defer letGo.Wait()
-	if p.synced {
-		fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: epoch}, Exact: true})
-	}
 	for {
 		// Until the next read of the epoch key (CheckInterval), which a
 		// steady stream of messages does not put off.
@@ -125,6 +122,14 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 			return err
 		case s.epochChanged(ctx, epoch):
 			return errStartOver
+		}
+		if !p.exact && p.need == 0 {
+			// Nothing was delivered since the consumer caught up with what
+			// its server held, and the store could not say how far the
+			// stream went then: asked again.
+			if queued, _, _ := sub.Pending(); queued == 0 && s.caughtUp(ctx, &p) {
+				s.becameExact(&p, fn)
+			}
 		}
 		if w.mark = p.advance(w.mark); s.forgotten(ctx, w.mark, epoch) != "" {
 			if err := s.startOverForgotten(ctx, w, epoch); err != nil {
@@ -299,6 +304,10 @@ type pass struct {
 	synced   bool   // the store's content has been delivered
 	exact    bool   // what was delivered is the store's content as of last
 	consumed uint64 // the consumer's sequence number of the last message
+	pending  uint64 // what the consumer had left to deliver then
+	// A revision the stream's leader numbered after the watch last skipped
+	// one: caught up once it is delivered (caughtUp); 0 until asked.
+	need uint64
 	// The last write delivered: its subject, time and value.
 	lastSubject string
 	lastTime    time.Time
@@ -361,23 +370,69 @@ func (s *Store) watchUntil(ctx, check context.Context, sub *nats.Subscription, p
 			s.log.Info("the epoch key changed", slog.String("bucket", s.cfg.Bucket), slog.String("epoch", p.epoch))
 			return errStartOver
 		}
+		if seq != p.last+1 {
+			p.need = 0 // a revision the watch skipped may have been replaced after the one asked for
+		}
+		inTurn := p.synced && p.exact && seq == p.last+1
+		p.last, p.lastSubject, p.lastTime, p.lastData = seq, m.Subject, meta.Timestamp, m.Data
+		p.pending = meta.NumPending
 		if p.synced {
 			// Exact stays so while every write is delivered in turn, and
-			// becomes so again once the consumer has caught up.
-			p.exact = (p.exact && seq == p.last+1) || meta.NumPending == 0
+			// becomes so again once the watch has caught up with the stream.
+			p.exact = inTurn || s.caughtUp(ctx, p)
 		}
-		p.last, p.lastSubject, p.lastTime, p.lastData = seq, m.Subject, meta.Timestamp, m.Data
 		ev := kv.Event{Op: op, Key: key, Revision: kv.Revision{Epoch: p.epoch, Seq: seq}, Time: meta.Timestamp, Exact: p.synced && p.exact}
 		if op == kv.OpPut {
 			ev.Value = m.Data
 		}
 		fn(ev)
-		if !p.synced && meta.NumPending == 0 {
-			p.synced, p.exact = true, true
-			fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: p.epoch, Seq: p.last}, Exact: true})
+		if !p.synced && s.caughtUp(ctx, p) {
+			s.becameExact(p, fn)
 		}
 	}
 	return nil
+}
+
+// caughtUp reports whether the watch has caught up with the stream: its
+// consumer has nothing more to deliver, and it has delivered a revision
+// the stream's leader numbered after the watch last skipped a revision.
+//
+// A consumer with nothing pending has delivered what its server holds,
+// which is not the stream's content as of the last write delivered when
+// that server is catching up with the others (a partition healed, a
+// restart): it is sent what the stream holds, without the writes replaced
+// meanwhile, so it holds none of a key's writes between the one it had
+// and the replacement it has not been sent yet, and a watch that skipped
+// them shows a state the store never had. Every write the leader numbers
+// after the watch skipped a revision is numbered after the replacement of
+// that revision's write (which the leader stored before it dropped the
+// write replaced), so once the watch has delivered it, and nothing is
+// pending, what it delivered is the store's content. The revision is
+// asked for once per skip, with the read barrier (LastRevision), shared
+// with the gets waiting at once.
+func (s *Store) caughtUp(ctx context.Context, p *pass) bool {
+	if p.pending > 0 {
+		return false
+	}
+	if p.need == 0 {
+		rev, err := s.LastRevision(ctx)
+		if err != nil {
+			s.log.Debug("the watch could not tell how far the stream went", slog.String("bucket", s.cfg.Bucket), slog.Any("err", err))
+			return false
+		}
+		p.need = max(rev.Seq, 1)
+	}
+	return p.last >= p.need
+}
+
+// becameExact notes that the pass's watch has caught up with the stream,
+// and says so with OpSynced on its first time.
+func (s *Store) becameExact(p *pass, fn func(kv.Event)) {
+	first := !p.synced
+	p.synced, p.exact = true, true
+	if first {
+		fn(kv.Event{Op: kv.OpSynced, Revision: kv.Revision{Epoch: p.epoch, Seq: p.last}, Exact: true})
+	}
 }
 
 // epochChanged reads the epoch key: it reports true if the key is missing

@@ -101,8 +101,8 @@ func (s *Store) watchPass(ctx context.Context, fn func(kv.Event), w *watching) e
 
 	p := pass{epoch: epoch, pending: pending}
 	defer func() { w.mark = p.advance(w.mark) }()
-	s.caughtUp(ctx, &p) // asks how far the stream went, if the consumer has nothing to deliver
 	s.storedSeq.Store(0) // what was stored before this pass may be of a bucket recreated since
+	s.caughtUp(ctx, &p)  // asks how far the stream went, if the consumer has nothing to deliver
 	var moved progress
 	var replaceFailed int // attempts in a row to replace a stuck consumer that failed
 	// The consumers replaced, let go on goroutines of their own: deleting

@@ -192,7 +192,11 @@ func (a *asyncPuts) onReply(m *nats.Msg) {
 	a.free <- slot
 	seq, err := pubAckSeq(m)
 	if err != nil && isWrongLastSequence(err) {
-		done.PutDone(kv.Revision{}, mismatch(fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err), err))
+		refused := mismatch(fmt.Errorf("%w: put %s: %w", kv.ErrRevisionMismatch, key, err), err)
+		if last, ok := kv.LastWriteOf(refused); ok {
+			a.stored(last)
+		}
+		done.PutDone(kv.Revision{}, refused)
 		return
 	}
 	if err != nil {

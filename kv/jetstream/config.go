@@ -45,9 +45,12 @@ type Config struct {
 	// wiped or recreated bucket (a stream purge is silent to watchers);
 	// DefaultCheckInterval if 0.
 	CheckInterval time.Duration
-	// Heartbeat is the idle heartbeat of a Watch's consumer: a watch that
-	// hears nothing for two heartbeats recreates its consumer where it left
-	// off; DefaultHeartbeat if 0.
+	// Heartbeat paces a Watch's liveness: a watch that has delivered
+	// nothing for three heartbeats while a write the store saw stored is
+	// ahead of it starts over with a new consumer; its consumer's idle
+	// heartbeats are 15 of them apart, and the server keeps the consumer
+	// for 60 of them with no one listening, so that it outlasts a
+	// partition (watch.go); DefaultHeartbeat if 0.
 	Heartbeat time.Duration
 	// ProbeInterval is how often the store checks whether JetStream is back
 	// after a write found it unavailable; DefaultProbeInterval if 0.

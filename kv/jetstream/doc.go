@@ -35,9 +35,19 @@
 // delivers nothing, while the other servers serve. The store moves its
 // connection to another server of the connection's pool when JetStream
 // keeps failing through one: after a few attempts of Open or of the probe,
-// after a few passes of a Watch in a row that ended in an error; and a
-// Watch pass ends when it has delivered nothing for three idle heartbeats
-// while a write the store saw stored is ahead of it (failover.go).
+// after a few passes of a Watch in a row that ended in an error, or a few
+// attempts in a row to replace a stuck consumer (failover.go).
+//
+// A Watch's consumer outlasts a partition between its server and the
+// watch's: it pauses, and goes on where it was once the route is back,
+// with no request to JetStream (creating a consumer takes the cluster's
+// meta leader, which a server back from a partition can make step down
+// for an election timeout). A watch that has delivered nothing for three
+// heartbeats while a write the store saw stored is ahead of it (its
+// consumer's server is cut off, or its stream is behind) makes another
+// consumer from where it is, and lets the stuck one go only once it has
+// one; a watch whose consumer the server no longer has (asked after two
+// silent heartbeats) starts over (watch.go).
 //
 // Read barrier: LastRevision writes a deletion of ProbeKey through the
 // stream's leader, which numbers it after every write it committed, and

@@ -18,16 +18,23 @@ import (
 //
 //   - Open, after switchAfter attempts in a row found it unavailable;
 //   - the probe of an unavailable store, after switchAfter x 4 probes;
-//   - Watch, after switchAfter passes in a row ended in an error; a pass
-//     ends with errWatchStuck when it delivered nothing for stuckAfter
-//     while a write the store saw stored (a put's or a barrier's) was still
-//     ahead of it.
+//   - Watch, after switchAfter passes in a row ended in an error, or
+//     switchAfter attempts in a row to replace a stuck consumer failed (a
+//     watch is stuck when it delivered nothing for stuckAfter while a
+//     write the store saw stored was still ahead of it).
+//
+// The writes the store sees stored (stored) are its own acknowledged
+// writes, the probe's and the barrier's, and the key's last write that a
+// refused conditional write names: after a partition, a worker whose
+// writes all come back refused (another worker wrote the keys meanwhile)
+// learns from the refusals how far the stream has gone, which its watch's
+// consumer, on a server whose stream is behind, does not show.
 //
 // A pool of one server stays where it is.
 const switchAfter = 3
 
 // stuckAfter is how long a watch may deliver nothing while a stored write
-// is ahead of it before its pass starts over: three idle heartbeats.
+// is ahead of it before it replaces its consumer: three heartbeats.
 func (s *Store) stuckAfter() time.Duration { return 3 * s.cfg.Heartbeat }
 
 // tryAnotherServer moves the store's connection to another server of its
@@ -52,7 +59,8 @@ func (s *Store) tryAnotherServer(ctx context.Context, why error) {
 	}
 }
 
-// stored records seq as a write the store has seen stored.
+// stored records seq as a write the store has seen stored: acknowledged,
+// or named by the stream leader as a key's last write.
 func (s *Store) stored(seq uint64) { atomicMax(&s.storedSeq, seq) }
 
 func atomicMax(v *atomic.Uint64, seq uint64) {

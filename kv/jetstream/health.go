@@ -101,9 +101,11 @@ func (s *Store) probeWrite(ctx context.Context) error {
 	defer cancel()
 	msg := &nats.Msg{Subject: s.subject(s.cfg.ProbeKey), Header: nats.Header{}}
 	msg.Header.Set("KV-Operation", "DEL")
-	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+	ack, err := s.js.PublishMsg(ctx, msg)
+	if err != nil {
 		return s.wrap("probe", err)
 	}
+	s.stored(ack.Sequence)
 	return nil
 }
 

@@ -306,7 +306,11 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 	ack, err := s.js.PublishMsg(ctx, msg, opts...)
 	if err != nil {
 		if isWrongLastSequence(err) {
-			return kv.Revision{}, mismatch(fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err), err)
+			refused := mismatch(fmt.Errorf("%w: %s: %v", kv.ErrRevisionMismatch, what, err), err)
+			if last, ok := kv.LastWriteOf(refused); ok {
+				s.stored(last)
+			}
+			return kv.Revision{}, refused
 		}
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return kv.Revision{}, fmt.Errorf("%w: %s: %d bytes, past the connection's max payload of %d: %v",
@@ -321,6 +325,7 @@ func (s *Store) write(ctx context.Context, op, key string, value []byte, del boo
 	if err := s.known.numbered(epoch, top, ack.Sequence, "the ", what); err != nil {
 		return kv.Revision{}, err
 	}
+	s.stored(ack.Sequence)
 	return kv.Revision{Epoch: s.lastEpoch(), Seq: ack.Sequence}, nil
 }
 
